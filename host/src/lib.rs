@@ -1,0 +1,7 @@
+//! maestro: a host for agent engines whose tools are sandboxed WebAssembly
+//! components. `plugin` is the component runtime and its sandbox; `phase`
+//! is the pure phase machine of sessions; `cli` is the `maestro` command.
+
+pub mod cli;
+pub mod phase;
+pub mod plugin;

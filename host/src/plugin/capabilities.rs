@@ -1,0 +1,116 @@
+//! The `maestro:tool/host` interface: capabilities the host offers guests.
+//!
+//! Invariant: each capability checks its policy grant on every use and
+//! answers a denial with an error value (never a trap); `log` is bounded per
+//! call so a guest cannot flood the host's log.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use super::sandbox::CallState;
+use super::wit::latest::maestro::tool::host::{Host, LogLevel};
+
+/// Starts child jobs for `host.spawn-subtask`. The job layer implements it;
+/// a runtime without one answers every spawn with an error.
+pub trait SubtaskSpawner: Send + Sync {
+    fn spawn(
+        &self,
+        parent: SpawnContext,
+        piece: String,
+        input: String,
+    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
+}
+
+/// Who asks for a subtask.
+#[derive(Debug, Clone)]
+pub struct SpawnContext {
+    pub plugin: Arc<str>,
+    pub job_id: String,
+    pub call_id: String,
+}
+
+/// The capability state of one call.
+pub struct Capabilities {
+    pub plugin: Arc<str>,
+    pub job_id: String,
+    pub call_id: String,
+    pub spawn_granted: bool,
+    pub spawner: Option<Arc<dyn SubtaskSpawner>>,
+    log_budget: usize,
+    log_dropped: bool,
+}
+
+impl Capabilities {
+    pub fn new(
+        plugin: Arc<str>,
+        job_id: String,
+        call_id: String,
+        spawn_granted: bool,
+        spawner: Option<Arc<dyn SubtaskSpawner>>,
+        log_budget: usize,
+    ) -> Self {
+        Self {
+            plugin,
+            job_id,
+            call_id,
+            spawn_granted,
+            spawner,
+            log_budget,
+            log_dropped: false,
+        }
+    }
+}
+
+impl Host for CallState {
+    fn log(&mut self, level: LogLevel, message: String) {
+        let caps = &mut self.capabilities;
+        if message.len() > caps.log_budget {
+            if !caps.log_dropped {
+                caps.log_dropped = true;
+                tracing::warn!(plugin = %caps.plugin, call = %caps.call_id, "log budget of this call is spent; further messages dropped");
+            }
+            return;
+        }
+        caps.log_budget -= message.len();
+        let (plugin, call) = (&*caps.plugin, caps.call_id.as_str());
+        match level {
+            LogLevel::Trace => tracing::trace!(target: "maestro::guest", plugin, call, "{message}"),
+            LogLevel::Debug => tracing::debug!(target: "maestro::guest", plugin, call, "{message}"),
+            LogLevel::Info => tracing::info!(target: "maestro::guest", plugin, call, "{message}"),
+            LogLevel::Warn => tracing::warn!(target: "maestro::guest", plugin, call, "{message}"),
+            LogLevel::Error => tracing::error!(target: "maestro::guest", plugin, call, "{message}"),
+        }
+    }
+
+    fn spawn_subtask(
+        &mut self,
+        piece: String,
+        input: String,
+    ) -> impl Future<Output = Result<String, String>> + Send {
+        let caps = &self.capabilities;
+        let decision = if !caps.spawn_granted {
+            Err(format!(
+                "spawn-subtask denied: the policy of plugin `{}` does not grant spawn_subtasks",
+                caps.plugin
+            ))
+        } else if let Some(spawner) = caps.spawner.clone() {
+            Ok((
+                spawner,
+                SpawnContext {
+                    plugin: caps.plugin.clone(),
+                    job_id: caps.job_id.clone(),
+                    call_id: caps.call_id.clone(),
+                },
+            ))
+        } else {
+            Err("spawn-subtask unavailable: this host runs no jobs (use `maestro run` or `maestro serve`)".to_string())
+        };
+        async move {
+            let (spawner, parent) = decision?;
+            spawner.spawn(parent, piece, input).await
+        }
+    }
+}
+
+impl super::wit::latest::maestro::tool::types::Host for CallState {}

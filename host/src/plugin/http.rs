@@ -1,0 +1,296 @@
+//! Outgoing HTTP for guests (`wasi:http`), gated by the plugin's allowlist.
+//!
+//! Invariant: every request a guest sends passes `HttpGate::send_request`,
+//! which checks the authority against the allowlist, resolves the name, and
+//! refuses addresses outside the public internet unless the pattern was an
+//! IP literal or the policy sets `http_allow_private`. Plain-HTTP requests
+//! are then sent to the very address that was checked (no second lookup);
+//! HTTPS requests connect by name so that TLS verifies it.
+
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// What a plugin may reach over HTTP.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpPolicy {
+    pub allow: Vec<HostPattern>,
+    /// Allow names that resolve to loopback, private, link-local or other
+    /// non-public addresses.
+    pub allow_private: bool,
+}
+
+/// One allowlist entry: `host`, `host:port`, `*.domain`, `*.domain:port`,
+/// an IPv4 literal or a bracketed IPv6 literal, optionally with a port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPattern {
+    host: HostMatch,
+    port: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostMatch {
+    Name(String),
+    /// `*.example.com`: any name strictly below `example.com`.
+    Below(String),
+    Ip(IpAddr),
+}
+
+impl FromStr for HostPattern {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text.contains("://") || text.contains('/') {
+            return Err(format!(
+                "{text:?} is a URL: write the host, e.g. \"example.com\" or \"example.com:8080\""
+            ));
+        }
+        let (host, port) =
+            split_host_port(text).ok_or_else(|| format!("{text:?} is not host or host:port"))?;
+        let port = match port {
+            Some(port) => Some(
+                port.parse::<u16>()
+                    .map_err(|_| format!("{text:?} has an invalid port"))?,
+            ),
+            None => None,
+        };
+        let host = if let Ok(ip) = host.parse::<IpAddr>() {
+            HostMatch::Ip(ip)
+        } else if let Some(domain) = host.strip_prefix("*.") {
+            check_name(domain).map_err(|why| format!("{text:?}: {why}"))?;
+            HostMatch::Below(domain.to_ascii_lowercase())
+        } else {
+            check_name(host).map_err(|why| format!("{text:?}: {why}"))?;
+            HostMatch::Name(host.to_ascii_lowercase())
+        };
+        Ok(Self { host, port })
+    }
+}
+
+fn check_name(name: &str) -> Result<(), &'static str> {
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+    if valid {
+        Ok(())
+    } else {
+        Err("not a valid host name")
+    }
+}
+
+/// Splits `host[:port]` and `[v6][:port]`.
+fn split_host_port(text: &str) -> Option<(&str, Option<&str>)> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return match after {
+            "" => Some((host, None)),
+            _ => Some((host, Some(after.strip_prefix(':')?))),
+        };
+    }
+    match text.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => Some((host, Some(port))),
+        Some(_) => None,
+        None => Some((text, None)),
+    }
+}
+
+impl HostPattern {
+    fn matches(&self, host: &str, port: u16) -> bool {
+        if self.port.is_some_and(|p| p != port) {
+            return false;
+        }
+        match &self.host {
+            HostMatch::Name(name) => host.eq_ignore_ascii_case(name),
+            HostMatch::Below(domain) => {
+                host.len() > domain.len() + 1
+                    && host[host.len() - domain.len()..].eq_ignore_ascii_case(domain)
+                    && host.as_bytes()[host.len() - domain.len() - 1] == b'.'
+            }
+            HostMatch::Ip(ip) => host.parse::<IpAddr>().is_ok_and(|h| h == *ip),
+        }
+    }
+}
+
+impl HttpPolicy {
+    /// The pattern that admits `host:port`, if any.
+    fn admit(&self, host: &str, port: u16) -> Option<&HostPattern> {
+        self.allow
+            .iter()
+            .find(|pattern| pattern.matches(host, port))
+    }
+}
+
+/// Addresses a name may resolve to without `http_allow_private`.
+fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || v4.octets()[0] == 0
+                || (v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || v6.is_unique_local()
+                || v6.is_unicast_link_local())
+        }
+    }
+}
+
+/// The `wasi:http` hooks of one call.
+pub struct HttpGate {
+    pub policy: Arc<HttpPolicy>,
+    pub plugin: Arc<str>,
+}
+
+type ResponseFuture = Box<
+    dyn Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+                ),
+                HttpError,
+            >,
+        > + Send,
+>;
+
+impl WasiHttpHooks for HttpGate {
+    fn send_request(
+        &mut self,
+        mut request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> ResponseFuture {
+        let policy = self.policy.clone();
+        let plugin = self.plugin.clone();
+        Box::new(async move {
+            let uri = request.uri().clone();
+            let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+            let host = uri
+                .host()
+                .unwrap_or_default()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+            let Some(pattern) = policy.admit(&host, port) else {
+                tracing::warn!(plugin = %plugin, %host, port, "HTTP request denied: not on the allowlist");
+                return Err(HttpError::HttpRequestDenied);
+            };
+            let literal = matches!(pattern.host, HostMatch::Ip(_));
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+                .await
+                .map_err(|err| HttpError::DnsError {
+                    rcode: Some(err.to_string()),
+                    info_code: None,
+                })?
+                .collect();
+            let permitted = addrs
+                .iter()
+                .copied()
+                .filter(|addr| literal || policy.allow_private || is_public(addr.ip()))
+                .collect::<Vec<_>>();
+            let Some(target) = permitted.first().copied() else {
+                tracing::warn!(plugin = %plugin, %host, ?addrs, "HTTP request denied: name resolves to a non-public address");
+                return Err(HttpError::DestinationIpProhibited);
+            };
+            if !https {
+                let mut parts = uri.into_parts();
+                parts.authority = Some(
+                    target
+                        .to_string()
+                        .parse()
+                        .map_err(|_| HttpError::HttpRequestUriInvalid)?,
+                );
+                *request.uri_mut() =
+                    http::Uri::from_parts(parts).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+            }
+            tracing::debug!(plugin = %plugin, %host, %target, "HTTP request allowed");
+            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            Ok((
+                response.map(http_body_util::BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(text: &str) -> HostPattern {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn patterns_match_host_and_port() {
+        assert!(pattern("example.com").matches("EXAMPLE.com", 443));
+        assert!(!pattern("example.com").matches("api.example.com", 443));
+        assert!(pattern("*.example.com").matches("api.example.com", 80));
+        assert!(!pattern("*.example.com").matches("example.com", 80));
+        assert!(!pattern("*.example.com").matches("badexample.com", 80));
+        assert!(pattern("127.0.0.1:8080").matches("127.0.0.1", 8080));
+        assert!(!pattern("127.0.0.1:8080").matches("127.0.0.1", 8081));
+        assert!(pattern("[::1]:80").matches("::1", 80));
+    }
+
+    #[test]
+    fn bad_patterns_say_why() {
+        assert!(
+            "https://example.com"
+                .parse::<HostPattern>()
+                .unwrap_err()
+                .contains("is a URL")
+        );
+        assert!(
+            "example.com:http"
+                .parse::<HostPattern>()
+                .unwrap_err()
+                .contains("invalid port")
+        );
+        assert!(
+            "exa mple.com"
+                .parse::<HostPattern>()
+                .unwrap_err()
+                .contains("not a valid host name")
+        );
+        assert!("".parse::<HostPattern>().is_err());
+    }
+
+    #[test]
+    fn private_ranges_are_not_public() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "192.168.0.1",
+            "172.16.5.4",
+            "169.254.169.254",
+            "100.64.0.1",
+            "::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "0.0.0.0",
+        ] {
+            assert!(!is_public(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["1.1.1.1", "2606:4700:4700::1111"] {
+            assert!(is_public(ip.parse().unwrap()), "{ip}");
+        }
+    }
+}

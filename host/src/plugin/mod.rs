@@ -1,0 +1,30 @@
+//! The plugin runtime: tools are WebAssembly components that target the WIT
+//! world `maestro:tool/plugin`, run sandboxed under an operator policy.
+//!
+//! Invariant: a call either returns the tool's `Outcome` or a `CallError`
+//! naming what went wrong (bad arguments, a limit, a trap, the tool's own
+//! error); nothing a guest does takes the host down or leaks into the next
+//! call.
+
+mod cache;
+mod capabilities;
+mod error;
+mod http;
+mod loaded;
+mod policy;
+mod runtime;
+mod sandbox;
+mod types;
+pub mod wit;
+
+pub use cache::{CompiledFrom, content_hash};
+pub use capabilities::{SpawnContext, SubtaskSpawner};
+pub use error::{CallError, Limit, LoadError};
+pub use http::{HostPattern, HttpPolicy};
+pub use loaded::{LoadReport, Plugin, WarmInstance};
+pub use policy::{DirGrant, MAX_MEMORY_MIB, PluginPolicy, Policy, PolicyError};
+pub use runtime::{Runtime, RuntimeConfig, TICK, default_cache_dir};
+pub use types::{
+    CallRequest, LoginRequest, Outcome, Park, Resume, SubtaskResult, SubtaskStatus, Terminal,
+    ToolRequest, ToolSpec,
+};

@@ -1,0 +1,248 @@
+//! The plugin runtime: one wasmtime `Engine` (pooling allocator, epoch
+//! interruption, optional fuel), one `Linker` with WASI 0.2, `wasi:http` and
+//! the `maestro:tool/host` capabilities, the compiled-code cache, and the
+//! epoch ticker that drives CPU and wall-clock limits.
+//!
+//! Invariant: the engine configuration is fixed at construction, so every
+//! compiled artifact and every `InstancePre` made from it stays valid for the
+//! runtime's life; the ticker only runs while at least one call is active.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::cache::CompiledCache;
+use super::capabilities::SubtaskSpawner;
+use super::error::LoadError;
+use super::loaded::Plugin;
+use super::policy::{MAX_MEMORY_MIB, PluginPolicy};
+use super::sandbox::CallState;
+use super::wit::latest;
+
+/// Length of one epoch tick: the granularity of the CPU and wall-clock caps.
+pub const TICK: Duration = Duration::from_millis(1);
+
+/// How the engine is built. Changing any field changes the compiled-code
+/// cache key.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where compiled components are cached; `None` disables the cache.
+    pub cache_dir: Option<PathBuf>,
+    /// Meter fuel, so policies can set deterministic `fuel` budgets. Costs a
+    /// little speed on every call.
+    pub fuel: bool,
+    /// Component instances that may be alive at once (concurrent calls).
+    pub max_instances: u32,
+    /// Bytes of each linear memory (and async stack) kept resident between
+    /// calls and reset in place instead of being returned to the kernel.
+    pub keep_resident: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: default_cache_dir(),
+            fuel: false,
+            max_instances: 256,
+            keep_resident: 1 << 20,
+        }
+    }
+}
+
+/// `$MAESTRO_CACHE_DIR`, else `$XDG_CACHE_HOME/maestro/compiled`, else
+/// `~/.cache/maestro/compiled`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("MAESTRO_CACHE_DIR") {
+        return Some(dir.into());
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache")))?;
+    Some(base.join("maestro").join("compiled"))
+}
+
+/// Shared by every plugin loaded into it; cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(super) inner: Arc<RuntimeInner>,
+}
+
+pub(super) struct RuntimeInner {
+    pub engine: Engine,
+    pub linker: Linker<CallState>,
+    pub cache: Option<CompiledCache>,
+    pub ticker: EpochTicker,
+    pub fuel: bool,
+    pub spawner: Mutex<Option<Arc<dyn SubtaskSpawner>>>,
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
+        let engine = Engine::new(&engine_config(&config))?;
+        let mut linker = Linker::<CallState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        latest::Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
+        let cache = match &config.cache_dir {
+            Some(dir) => Some(CompiledCache::new(dir.clone(), &engine).map_err(|err| {
+                anyhow::anyhow!("cannot use cache directory {}: {err}", dir.display())
+            })?),
+            None => None,
+        };
+        let ticker = EpochTicker::start(engine.clone());
+        Ok(Self {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                linker,
+                cache,
+                ticker,
+                fuel: config.fuel,
+                spawner: Mutex::new(None),
+            }),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// Where compiled components are cached, if anywhere.
+    pub fn cache_dir(&self) -> Option<&Path> {
+        self.inner.cache.as_ref().map(CompiledCache::dir)
+    }
+
+    /// Lets `host.spawn-subtask` start jobs (for plugins whose policy grants it).
+    pub fn set_subtask_spawner(&self, spawner: Arc<dyn SubtaskSpawner>) {
+        *self.inner.spawner.lock().expect("spawner lock") = Some(spawner);
+    }
+
+    /// Loads the component at `path`; the plugin is named after the file stem.
+    pub async fn load_file(&self, path: &Path, policy: PluginPolicy) -> Result<Plugin, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let name = path
+            .file_stem()
+            .map(|stem| stem.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "plugin".into());
+        let mut plugin = self.load(&name, &bytes, policy).await?;
+        plugin.source = Some(path.to_path_buf());
+        Ok(plugin)
+    }
+
+    /// Loads a component: checks it, compiles it (or takes it from the
+    /// cache), links it against the world, and calls `describe`.
+    pub async fn load(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        policy: PluginPolicy,
+    ) -> Result<Plugin, LoadError> {
+        if policy.fuel.is_some() && !self.inner.fuel {
+            return Err(LoadError::Compile(format!(
+                "the policy of `{name}` sets a fuel budget but this runtime does not meter fuel"
+            )));
+        }
+        Plugin::load(self.clone(), name, bytes, policy).await
+    }
+}
+
+fn engine_config(config: &RuntimeConfig) -> Config {
+    let mut pool = PoolingAllocationConfig::new();
+    let instances = config.max_instances.max(1);
+    pool.total_component_instances(instances)
+        // Components from componentize-py and componentize-js have many
+        // core instances, memories and tables each.
+        .max_core_instances_per_component(64)
+        .max_memories_per_component(16)
+        .max_tables_per_component(16)
+        .total_core_instances(instances * 8)
+        .total_memories(instances * 2)
+        .total_tables(instances * 4)
+        .total_stacks(instances)
+        .table_elements(200_000)
+        .max_core_instance_size(4 << 20)
+        .max_memory_size((MAX_MEMORY_MIB << 20) as usize)
+        .linear_memory_keep_resident(config.keep_resident)
+        .table_keep_resident(config.keep_resident / 16)
+        .async_stack_keep_resident(config.keep_resident / 4)
+        .pagemap_scan(Enabled::Auto)
+        .decommit_batch_size(32);
+
+    let mut wasm = Config::new();
+    wasm.epoch_interruption(true)
+        .consume_fuel(config.fuel)
+        .memory_init_cow(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    wasm
+}
+
+/// Increments the engine epoch every `TICK` while calls are active, and
+/// sleeps otherwise.
+pub(super) struct EpochTicker {
+    active: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Keeps the ticker running for the life of one call.
+pub(super) struct ActiveCall(Arc<AtomicUsize>);
+
+impl Drop for ActiveCall {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl EpochTicker {
+    fn start(engine: Engine) -> Self {
+        let active = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (active, stop) = (active.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("maestro-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Acquire) {
+                        if active.load(Ordering::Acquire) == 0 {
+                            std::thread::park_timeout(Duration::from_millis(250));
+                        } else {
+                            std::thread::sleep(TICK);
+                            engine.increment_epoch();
+                        }
+                    }
+                })
+                .expect("spawn epoch ticker thread")
+        };
+        Self {
+            active,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn enter(&self) -> ActiveCall {
+        if self.active.fetch_add(1, Ordering::AcqRel) == 0
+            && let Some(thread) = &self.thread
+        {
+            thread.thread().unpark();
+        }
+        ActiveCall(self.active.clone())
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
