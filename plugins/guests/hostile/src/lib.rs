@@ -1,0 +1,268 @@
+//! Test plugin whose tools misbehave on purpose, so the host's sandbox can be
+//! tested against them: endless CPU, sleep, memory and stack use, a panic,
+//! oversized output, and attempts to reach files, environment variables, the
+//! network and child jobs that the policy may or may not grant.
+//!
+//! `std::hint::black_box` guards every pointless computation: without it the
+//! optimizer could prove the work unobservable and delete the very behaviour
+//! being tested.
+
+use std::hint::black_box;
+use std::io::Read;
+use std::time::Duration;
+
+use maestro_guest::http;
+use maestro_guest::serde_json::{Map, Value, json};
+use maestro_guest::{
+    Call, Guest, Outcome, ToolError, ToolSpec, host, output_json, parse_args, spec,
+};
+use serde::Deserialize;
+
+/// The body `http_get` keeps; beyond it the test has learned what it needed.
+const HTTP_BODY_CAP: usize = 5 * 1024 * 1024;
+
+struct Hostile;
+
+#[derive(Deserialize)]
+struct RecurseArgs {
+    #[serde(default)]
+    in_memory: bool,
+}
+
+#[derive(Deserialize)]
+struct SleepArgs {
+    ms: u64,
+}
+
+#[derive(Deserialize)]
+struct HugeOutputArgs {
+    bytes: usize,
+}
+
+#[derive(Deserialize)]
+struct PathArgs {
+    path: String,
+}
+
+#[derive(Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+struct UrlArgs {
+    url: String,
+}
+
+#[derive(Deserialize)]
+struct SpawnArgs {
+    piece: String,
+    input: String,
+}
+
+/// A strict object schema with the given properties, all required.
+fn object(properties: Value) -> Value {
+    let required: Vec<String> = properties
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut schema = json!({
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": false
+    });
+    // Draft 4 forbids an empty `required`; leave it out for argument-less tools.
+    if !required.is_empty() {
+        schema["required"] = json!(required);
+    }
+    schema
+}
+
+fn spin() -> ! {
+    let mut counter = 0u64;
+    loop {
+        counter = black_box(counter.wrapping_add(1));
+    }
+}
+
+fn alloc_bomb() -> ! {
+    const MIB: usize = 1024 * 1024;
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let mut block = vec![0u8; MIB];
+        // A zeroed allocation may be satisfied by fresh, untouched pages;
+        // writing one byte per page makes the memory real.
+        for offset in (0..MIB).step_by(4096) {
+            block[offset] = 1;
+        }
+        held.push(black_box(block));
+        black_box(&held);
+    }
+}
+
+/// Recurses until the stack runs out. The per-frame buffer makes each frame
+/// big and the addition after the call keeps it from being a tail call.
+/// Frames small enough to live in wasm locals: only the engine's wasm stack
+/// limit stops it.
+fn recurse_native(depth: u64) -> u64 {
+    if black_box(depth) == u64::MAX {
+        return 0;
+    }
+    recurse_native(depth + 1).wrapping_add(black_box(1))
+}
+
+/// Frames with a buffer, which Rust keeps on the shadow stack in linear
+/// memory: overflowing it runs off the bottom of memory.
+fn recurse(depth: u64) -> u64 {
+    let mut frame = [0u8; 1024];
+    frame[(depth % 1024) as usize] = depth as u8;
+    black_box(&mut frame);
+    // Never true; hidden from the optimizer so the recursion is not
+    // "unconditional" and cannot be folded away.
+    if black_box(depth) == u64::MAX {
+        return 0;
+    }
+    recurse(depth + 1).wrapping_add(u64::from(frame[(depth % 7) as usize]))
+}
+
+fn read_file(path: &str) -> Result<Outcome, ToolError> {
+    let file =
+        std::fs::File::open(path).map_err(|e| ToolError::permanent(format!("open {path}: {e}")))?;
+    let mut head = Vec::with_capacity(4096);
+    file.take(4096)
+        .read_to_end(&mut head)
+        .map_err(|e| ToolError::permanent(format!("read {path}: {e}")))?;
+    Ok(Outcome::Output(String::from_utf8_lossy(&head).into_owned()))
+}
+
+fn write_file(path: &str, content: &str) -> Result<Outcome, ToolError> {
+    std::fs::write(path, content)
+        .map_err(|e| ToolError::permanent(format!("write {path}: {e}")))?;
+    Ok(Outcome::Output(format!("wrote {} bytes", content.len())))
+}
+
+fn read_env() -> Outcome {
+    let vars: Map<String, Value> = std::env::vars_os()
+        .map(|(key, value)| {
+            (
+                key.to_string_lossy().into_owned(),
+                Value::String(value.to_string_lossy().into_owned()),
+            )
+        })
+        .collect();
+    output_json(&Value::Object(vars))
+}
+
+fn http_get(url: &str) -> Result<Outcome, ToolError> {
+    let to_error = |err: http::Error| ToolError::new(err.to_string(), err.is_retryable());
+    let url = http::parse_url(url).map_err(to_error)?;
+    let response = http::get(&url, &[], HTTP_BODY_CAP).map_err(to_error)?;
+    Ok(output_json(&json!({
+        "status": response.status,
+        "body": String::from_utf8_lossy(&response.body),
+    })))
+}
+
+impl Guest for Hostile {
+    fn describe() -> Vec<ToolSpec> {
+        let nothing = || object(json!({}));
+        let string = || json!({"type": "string"});
+        let count = || json!({"type": "integer", "minimum": 0});
+        vec![
+            spec("spin", "Loops forever.", nothing()),
+            spec(
+                "sleep",
+                "Sleeps `ms` milliseconds.",
+                object(json!({"ms": count()})),
+            ),
+            spec(
+                "alloc_bomb",
+                "Allocates and holds 1 MiB blocks until memory runs out.",
+                nothing(),
+            ),
+            spec(
+                "recurse",
+                "Recurses until a stack overflows: with `in_memory`, frames on the \
+                 shadow stack in linear memory; without, the wasm call stack.",
+                json!({
+                    "type": "object",
+                    "properties": {"in_memory": {"type": "boolean"}},
+                    "additionalProperties": false
+                }),
+            ),
+            spec("panic", "Panics.", nothing()),
+            spec(
+                "huge_output",
+                "Returns `bytes` bytes of 'x'.",
+                object(json!({"bytes": count()})),
+            ),
+            spec(
+                "read_file",
+                "Returns the first 4096 bytes of the file at `path`.",
+                object(json!({"path": string()})),
+            ),
+            spec(
+                "write_file",
+                "Writes `content` to the file at `path`.",
+                object(json!({"path": string(), "content": string()})),
+            ),
+            spec(
+                "read_env",
+                "Returns every environment variable it can see.",
+                nothing(),
+            ),
+            spec(
+                "http_get",
+                "GETs `url` through wasi:http and returns its status and body.",
+                object(json!({"url": string()})),
+            ),
+            spec(
+                "spawn_subtask",
+                "Asks the host to start a child job running `piece` with `input`.",
+                object(json!({"piece": string(), "input": string()})),
+            ),
+        ]
+    }
+
+    fn invoke(call: Call) -> Result<Outcome, ToolError> {
+        match call.tool.as_str() {
+            "spin" => spin(),
+            "sleep" => {
+                let args: SleepArgs = parse_args(&call)?;
+                std::thread::sleep(Duration::from_millis(black_box(args.ms)));
+                Ok(Outcome::Output(format!("slept {} ms", args.ms)))
+            }
+            "alloc_bomb" => alloc_bomb(),
+            "recurse" => {
+                let depth = if parse_args::<RecurseArgs>(&call)?.in_memory {
+                    recurse(0)
+                } else {
+                    recurse_native(0)
+                };
+                Ok(Outcome::Output(black_box(depth).to_string()))
+            }
+            "panic" => panic!("hostile plugin panicked on purpose"),
+            "huge_output" => {
+                let args: HugeOutputArgs = parse_args(&call)?;
+                Ok(Outcome::Output("x".repeat(args.bytes)))
+            }
+            "read_file" => read_file(&parse_args::<PathArgs>(&call)?.path),
+            "write_file" => {
+                let args: WriteArgs = parse_args(&call)?;
+                write_file(&args.path, &args.content)
+            }
+            "read_env" => Ok(read_env()),
+            "http_get" => http_get(&parse_args::<UrlArgs>(&call)?.url),
+            "spawn_subtask" => {
+                let args: SpawnArgs = parse_args(&call)?;
+                host::spawn_subtask(&args.piece, &args.input)
+                    .map(Outcome::Output)
+                    .map_err(ToolError::permanent)
+            }
+            _ => Err(ToolError::unknown_tool(&call)),
+        }
+    }
+}
+
+maestro_guest::export!(Hostile);
