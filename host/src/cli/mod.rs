@@ -1,0 +1,143 @@
+//! The `maestro` command line.
+//!
+//! Invariant: every command prints machine-readable JSON on stdout when it
+//! succeeds or when a tool call fails, human hints on stderr, and exits
+//! 0 (success), 1 (the call ended in an error) or 2 (bad input: usage,
+//! policy, or a plugin that does not load).
+
+mod plugin;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::plugin::{Runtime, RuntimeConfig};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "maestro",
+    version,
+    about = "A host for agent engines whose tools are sandboxed WebAssembly components"
+)]
+pub struct Cli {
+    /// Directory of the compiled-component cache [default: ~/.cache/maestro/compiled].
+    #[arg(long, global = true, env = "MAESTRO_CACHE_DIR", value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile every component afresh and cache nothing.
+    #[arg(long, global = true)]
+    no_cache: bool,
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); or set MAESTRO_LOG.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Load, inspect and call tool plugins (WebAssembly components).
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+}
+
+/// Error of a command: the message is printed as `error: …`.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: ExitCode,
+    pub message: Option<String>,
+}
+
+impl Failure {
+    pub fn usage(message: impl std::fmt::Display) -> Self {
+        Self {
+            code: ExitCode::from(2),
+            message: Some(message.to_string()),
+        }
+    }
+
+    /// The output already told what happened.
+    pub fn reported(code: u8) -> Self {
+        Self {
+            code: ExitCode::from(code),
+            message: None,
+        }
+    }
+}
+
+/// Runs the CLI with these arguments (the first is the program name).
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return if err.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_tracing(cli.verbose);
+    let tokio = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(tokio) => tokio,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    match tokio.block_on(execute(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            if let Some(message) = failure.message {
+                eprintln!("error: {message}");
+            }
+            failure.code
+        }
+    }
+}
+
+async fn execute(cli: Cli) -> Result<(), Failure> {
+    let runtime = || -> Result<Runtime, Failure> {
+        let config = RuntimeConfig {
+            cache_dir: if cli.no_cache {
+                None
+            } else {
+                cli.cache_dir
+                    .clone()
+                    .or_else(crate::plugin::default_cache_dir)
+            },
+            ..RuntimeConfig::default()
+        };
+        Runtime::new(config)
+            .map_err(|err| Failure::usage(format!("cannot start the plugin runtime: {err:#}")))
+    };
+    match &cli.command {
+        Command::Plugin(command) => plugin::execute(command, runtime).await,
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("MAESTRO_LOG") {
+        Ok(spec) => EnvFilter::new(spec),
+        Err(_) => EnvFilter::new(match verbose {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    maestro::cli::run(std::env::args_os())
+}

@@ -1,0 +1,192 @@
+//! The `maestro` binary: `plugin list|describe|call`, parks with the resume
+//! hint, errors with exit codes, and bad policy files.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use maestro_plugins as artifacts;
+use serde_json::{Value, json};
+
+fn maestro() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_maestro"));
+    command.env(
+        "MAESTRO_CACHE_DIR",
+        Path::new(artifacts::DIR).join("../e2e-cache"),
+    );
+    command.env_remove("MAESTRO_POLICY");
+    command
+}
+
+fn run(args: &[&str]) -> (Output, Value) {
+    let output = maestro().args(args).output().unwrap();
+    let json = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    (output, json)
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn describe_prints_the_tool_specs() {
+    let (output, json) = run(&["plugin", "describe", artifacts::COMPLETE]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(json["plugin"], "complete");
+    assert_eq!(json["tools"][0]["name"], "complete");
+    assert_eq!(json["tools"][0]["parameters"]["type"], "object");
+}
+
+#[test]
+fn call_parks_and_the_printed_resume_command_finishes_it() {
+    let args =
+        r#"{"tool":"SendMail","reason":"notify the team","arguments":{"to":"team@example.com"}}"#;
+    let (output, parked) = run(&[
+        "plugin",
+        "call",
+        artifacts::REQUEST_TOOL,
+        "RequestTool",
+        "--args",
+        args,
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        parked["outcome"]["park"]["tool-request"]["tool"],
+        "SendMail"
+    );
+    let call_id = parked["call_id"].as_str().unwrap();
+    let hint = stderr(&output);
+    assert!(
+        hint.contains("Resume this call with") && hint.contains(&format!("--call-id {call_id}")),
+        "{hint}"
+    );
+
+    let (output, resumed) = run(&[
+        "plugin",
+        "call",
+        artifacts::REQUEST_TOOL,
+        "RequestTool",
+        "--args",
+        args,
+        "--call-id",
+        call_id,
+        "--resume",
+        r#""approved""#,
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(resumed["call_id"], call_id);
+    let text: Value = serde_json::from_str(resumed["outcome"]["output"].as_str().unwrap()).unwrap();
+    assert_eq!(text["decision"], "approved");
+    assert_eq!(text["arguments"], json!({"to": "team@example.com"}));
+}
+
+#[test]
+fn a_limit_is_reported_as_json_with_exit_code_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[plugins.hostile]\ncpu_ms = 100\n").unwrap();
+    let (output, json) = run(&[
+        "plugin",
+        "call",
+        artifacts::HOSTILE,
+        "spin",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(json["error"]["code"], "limit");
+    assert_eq!(json["error"]["limit"], "cpu");
+}
+
+#[test]
+fn bad_input_exits_2_with_the_reason() {
+    let (output, _) = run(&[
+        "plugin",
+        "call",
+        artifacts::ECHO,
+        "echo",
+        "--args",
+        "{not json",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("--args is not JSON"));
+
+    let (output, _) = run(&[
+        "plugin",
+        "call",
+        artifacts::ECHO,
+        "echo",
+        "--resume",
+        r#"{"approve":1}"#,
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("--resume is not a resume value"));
+
+    let (output, _) = run(&["plugin", "describe", artifacts::NOT_A_COMPONENT]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("not a component"));
+}
+
+#[test]
+fn bad_policy_files_name_the_offending_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[plugins.echo]\nmemory_mib = 64\ntimeout = 5\n",
+            "policy.toml:3:1",
+            "timeout",
+        ),
+        (
+            "[plugins.echo]\ncpu_ms = -5\n",
+            "policy.toml:2:10",
+            "cpu_ms",
+        ),
+        (
+            "[plugins.echo]\nhttp_allow = [\"http://x.org\"]\n",
+            "policy.toml:2:15",
+            "plugins.echo.http_allow",
+        ),
+        (
+            "[defaults]\nmax_output_bytes = 0\n",
+            "policy.toml:2:20",
+            "defaults.max_output_bytes",
+        ),
+        (
+            "[plugin.echo]\nmemory_mib = 1\n",
+            "policy.toml:1:2",
+            "plugin",
+        ),
+    ];
+    for (text, location, key) in cases {
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(&policy, text).unwrap();
+        let (output, _) = run(&[
+            "plugin",
+            "describe",
+            artifacts::ECHO,
+            "--policy",
+            policy.to_str().unwrap(),
+        ]);
+        assert_eq!(output.status.code(), Some(2), "{text}");
+        let message = stderr(&output);
+        assert!(
+            message.contains(location) && message.contains(key),
+            "{text}\n→ {message}"
+        );
+    }
+}
+
+#[test]
+fn list_loads_a_folder_and_reports_what_fails() {
+    let (output, json) = run(&["plugin", "list", artifacts::DIR]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let rows = json.as_array().unwrap();
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["plugin"] == name)
+            .unwrap_or_else(|| panic!("{name} listed"))
+    };
+    assert_eq!(row("browse_web")["tools"], json!(["BrowseWeb"]));
+    assert_eq!(row("wait_subtask")["tools"], json!(["WaitSubTask"]));
+    assert_eq!(row("not_a_component")["error"]["code"], "core-module");
+    assert_eq!(row("wrong_world")["error"]["code"], "wrong-world");
+}
