@@ -1,0 +1,96 @@
+//! Plugin runtime benchmarks (`cargo bench -p maestro-benches`):
+//!
+//! - `call/warm_instance`: the trivial `echo` tool on one kept instance
+//!   (the floor: what the call itself costs);
+//! - `call/fresh_instance`: `Plugin::invoke` as the engine uses it: schema
+//!   check, a fresh `Store` from the `InstancePre`, instantiate, call, drop;
+//! - `load/cold_compile` and `load/cached`: loading a component with
+//!   Cranelift versus from the compiled-code cache.
+
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use maestro::plugin::{CallRequest, Outcome, PluginPolicy, Runtime, RuntimeConfig};
+use serde_json::json;
+
+fn tokio() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn calls(c: &mut Criterion) {
+    let rt = tokio();
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let plugin = rt
+        .block_on(runtime.load_file(Path::new(maestro_plugins::ECHO), PluginPolicy::default()))
+        .unwrap();
+    let mut warm = rt.block_on(plugin.warm_instance()).unwrap();
+    let request = CallRequest::new("echo", json!({"text": "hi"}));
+
+    let mut group = c.benchmark_group("call");
+    group.measurement_time(Duration::from_secs(5));
+    group.bench_function("warm_instance", |b| {
+        b.iter(|| {
+            let outcome = rt
+                .block_on(warm.invoke("echo", r#"{"text":"hi"}"#))
+                .unwrap();
+            assert!(matches!(outcome, Outcome::Output(_)));
+        })
+    });
+    group.bench_function("fresh_instance", |b| {
+        b.iter(|| {
+            let outcome = rt.block_on(plugin.invoke(request.clone())).unwrap();
+            assert!(matches!(outcome, Outcome::Output(_)));
+        })
+    });
+    group.finish();
+}
+
+fn loads(c: &mut Criterion) {
+    let rt = tokio();
+    let mut group = c.benchmark_group("load");
+    group.sample_size(10);
+    for (name, path) in [
+        ("echo", maestro_plugins::ECHO),
+        ("browse_web", maestro_plugins::BROWSE_WEB),
+    ] {
+        let bytes = std::fs::read(path).unwrap();
+        let uncached = Runtime::new(RuntimeConfig {
+            cache_dir: None,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        group.bench_function(format!("cold_compile/{name}"), |b| {
+            b.iter(|| {
+                rt.block_on(uncached.load(name, &bytes, PluginPolicy::default()))
+                    .unwrap()
+            })
+        });
+        let cache = tempfile::tempdir().unwrap();
+        let cached = Runtime::new(RuntimeConfig {
+            cache_dir: Some(cache.path().to_path_buf()),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        rt.block_on(cached.load(name, &bytes, PluginPolicy::default()))
+            .unwrap();
+        group.bench_function(format!("cached/{name}"), |b| {
+            b.iter(|| {
+                rt.block_on(cached.load(name, &bytes, PluginPolicy::default()))
+                    .unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, calls, loads);
+criterion_main!(benches);

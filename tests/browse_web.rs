@@ -1,0 +1,242 @@
+//! BrowseWeb against a web site on 127.0.0.1: a readable page, the login
+//! wall (park browser-login → resume with the session → the page), and the
+//! allowlist that gates every request.
+
+use maestro::plugin::{CallError, CallRequest, LoginRequest, Outcome, Park, Policy, Resume};
+use maestro_e2e::site::{GOOD_SESSION, Site};
+use maestro_e2e::{artifacts, load, load_with_toml, output_json};
+use serde_json::json;
+
+fn allowing(site: &Site) -> String {
+    format!(
+        "[plugins.browse_web]\nhttp_allow = [\"{}\"]\ntimeout_ms = 10000\n",
+        site.authority()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_a_public_page() {
+    let site = Site::start().await;
+    let plugin = load_with_toml(artifacts::BROWSE_WEB, &allowing(&site)).await;
+    let outcome = plugin
+        .invoke(CallRequest::new(
+            "BrowseWeb",
+            json!({"url": site.url("/public")}),
+        ))
+        .await
+        .unwrap();
+    let page = output_json(&outcome);
+    assert_eq!(page["status"], 200);
+    assert_eq!(page["title"], "Quarterly & Annual Report");
+    let text = page["text"].as_str().unwrap();
+    assert!(text.contains("Revenue grew 12% this quarter."), "{text}");
+    assert!(
+        text.contains("First item") && text.contains("Second item"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("do not show") && !text.contains("color: red"),
+        "{text}"
+    );
+    assert_eq!(page["truncated"], false);
+
+    let short = output_json(
+        &plugin
+            .invoke(CallRequest::new(
+                "BrowseWeb",
+                json!({"url": site.url("/public"), "max_chars": 10}),
+            ))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(short["truncated"], true);
+    assert!(short["text"].as_str().unwrap().chars().count() <= 10);
+
+    let plain = output_json(
+        &plugin
+            .invoke(CallRequest::new(
+                "BrowseWeb",
+                json!({"url": site.url("/plain")}),
+            ))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(plain["text"], "just text\nline two");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn login_wall_parks_then_resumes_with_the_session() {
+    let site = Site::start().await;
+    let plugin = load_with_toml(artifacts::BROWSE_WEB, &allowing(&site)).await;
+    let request = CallRequest::new("BrowseWeb", json!({"url": site.url("/private")}));
+
+    let parked = plugin.invoke(request.clone()).await.unwrap();
+    let Outcome::Park(Park::BrowserLogin(LoginRequest { url, reason })) = parked else {
+        panic!("expected a browser-login park, got {parked:?}");
+    };
+    assert_eq!(url, site.url("/login?next=/private"));
+    assert!(!reason.is_empty());
+
+    let page = output_json(
+        &plugin
+            .invoke(
+                request
+                    .clone()
+                    .resumed(Resume::LoggedIn(GOOD_SESSION.into())),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(page["title"], "Private Dashboard");
+    assert!(
+        page["text"]
+            .as_str()
+            .unwrap()
+            .contains("Secret numbers: 42")
+    );
+
+    let rejected = plugin
+        .invoke(
+            request
+                .clone()
+                .resumed(Resume::LoggedIn("sid=stale".into())),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&rejected, Outcome::Park(Park::BrowserLogin(login)) if login.reason.contains("not accepted")),
+        "{rejected:?}"
+    );
+
+    let expired = plugin
+        .invoke(request.resumed(Resume::Expired))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        expired,
+        CallError::Tool {
+            retryable: false,
+            ..
+        }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_401_and_403_are_login_walls_and_500_is_retryable() {
+    let site = Site::start().await;
+    let plugin = load_with_toml(artifacts::BROWSE_WEB, &allowing(&site)).await;
+    for path in ["/api", "/forbidden"] {
+        let outcome = plugin
+            .invoke(CallRequest::new(
+                "BrowseWeb",
+                json!({"url": site.url(path)}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Park(Park::BrowserLogin(LoginRequest {
+                url: site.url(path),
+                reason: match &outcome {
+                    Outcome::Park(Park::BrowserLogin(login)) => login.reason.clone(),
+                    _ => String::new(),
+                },
+            })),
+            "{path}"
+        );
+    }
+    let api = CallRequest::new("BrowseWeb", json!({"url": site.url("/api")}));
+    let data = output_json(
+        &plugin
+            .invoke(api.resumed(Resume::LoggedIn(GOOD_SESSION.into())))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(data["text"], "api data: ok");
+
+    let broken = plugin
+        .invoke(CallRequest::new(
+            "BrowseWeb",
+            json!({"url": site.url("/broken")}),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&broken, CallError::Tool { message, retryable: true } if message.contains("500")),
+        "{broken}"
+    );
+
+    let looping = plugin
+        .invoke(CallRequest::new(
+            "BrowseWeb",
+            json!({"url": site.url("/loop")}),
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(looping, CallError::Tool { .. }), "{looping}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_outside_the_allowlist_never_leave_the_host() {
+    let site = Site::start().await;
+    // Deny by default: no policy table at all.
+    let plugin = load(
+        artifacts::BROWSE_WEB,
+        Policy::default().for_plugin("browse_web"),
+    )
+    .await;
+    let denied = plugin
+        .invoke(CallRequest::new(
+            "BrowseWeb",
+            json!({"url": site.url("/public")}),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&denied, CallError::Tool { message, .. } if message.contains("HttpRequestDenied")),
+        "{denied}"
+    );
+
+    // Allowed port, other port: still denied.
+    let other_port = format!("[plugins.browse_web]\nhttp_allow = [\"127.0.0.1:1\"]\n");
+    let plugin = load_with_toml(artifacts::BROWSE_WEB, &other_port).await;
+    let denied = plugin
+        .invoke(CallRequest::new(
+            "BrowseWeb",
+            json!({"url": site.url("/public")}),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&denied, CallError::Tool { message, .. } if message.contains("HttpRequestDenied")),
+        "{denied}"
+    );
+
+    // A name on the allowlist that resolves to loopback needs http_allow_private.
+    let by_name = format!(
+        "[plugins.browse_web]\nhttp_allow = [\"localhost:{}\"]\n",
+        site.addr.port()
+    );
+    let plugin = load_with_toml(artifacts::BROWSE_WEB, &by_name).await;
+    let url = format!("http://localhost:{}/public", site.addr.port());
+    let denied = plugin
+        .invoke(CallRequest::new("BrowseWeb", json!({"url": url})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&denied, CallError::Tool { message, .. } if message.contains("DestinationIpProhibited")),
+        "{denied}"
+    );
+    assert_eq!(site.hits(), 0, "no denied request may reach the site");
+
+    let private_ok = format!("{by_name}http_allow_private = true\n");
+    let plugin = load_with_toml(artifacts::BROWSE_WEB, &private_ok).await;
+    let page = output_json(
+        &plugin
+            .invoke(CallRequest::new("BrowseWeb", json!({"url": url})))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(page["status"], 200);
+    assert_eq!(site.hits(), 1);
+}
