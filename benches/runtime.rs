@@ -4,6 +4,8 @@
 //!   (the floor: what the call itself costs);
 //! - `call/fresh_instance`: `Plugin::invoke` as the engine uses it: schema
 //!   check, a fresh `Store` from the `InstancePre`, instantiate, call, drop;
+//!   `call/fresh_instance_no_keep_resident` the same with linear memories
+//!   returned to the kernel after each call instead of reset in place;
 //! - `load/cold_compile` and `load/cached`: loading a component with
 //!   Cranelift versus from the compiled-code cache.
 
@@ -48,6 +50,24 @@ fn calls(c: &mut Criterion) {
     group.bench_function("fresh_instance", |b| {
         b.iter(|| {
             let outcome = rt.block_on(plugin.invoke(request.clone())).unwrap();
+            assert!(matches!(outcome, Outcome::Output(_)));
+        })
+    });
+
+    // The same call without keeping memory resident between instances: what
+    // the tuning of the pooling allocator buys.
+    let untuned = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        keep_resident: 0,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let plain = rt
+        .block_on(untuned.load_file(Path::new(maestro_plugins::ECHO), PluginPolicy::default()))
+        .unwrap();
+    group.bench_function("fresh_instance_no_keep_resident", |b| {
+        b.iter(|| {
+            let outcome = rt.block_on(plain.invoke(request.clone())).unwrap();
             assert!(matches!(outcome, Outcome::Output(_)));
         })
     });

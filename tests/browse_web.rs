@@ -198,8 +198,8 @@ async fn requests_outside_the_allowlist_never_leave_the_host() {
     );
 
     // Allowed port, other port: still denied.
-    let other_port = format!("[plugins.browse_web]\nhttp_allow = [\"127.0.0.1:1\"]\n");
-    let plugin = load_with_toml(artifacts::BROWSE_WEB, &other_port).await;
+    let other_port = "[plugins.browse_web]\nhttp_allow = [\"127.0.0.1:1\"]\n";
+    let plugin = load_with_toml(artifacts::BROWSE_WEB, other_port).await;
     let denied = plugin
         .invoke(CallRequest::new(
             "BrowseWeb",

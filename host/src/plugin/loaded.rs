@@ -9,27 +9,25 @@
 //! next; whatever the guest does, the call ends in an outcome or a
 //! `CallError`, and the plugin stays usable.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmtime::component::{Component, Instance};
+use wasmtime::component::Component;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::cache::{CompiledFrom, content_hash};
 use super::capabilities::Capabilities;
+use super::checks::{
+    WRONG_SHAPE, WrongShape, check_export_types, check_header, validate_specs, world_error,
+};
 use super::error::{CallError, Limit, LoadError};
 use super::policy::PluginPolicy;
 use super::runtime::{Runtime, TICK};
 use super::sandbox::{CallState, CompiledPolicy};
 use super::types::{CallRequest, Outcome, ToolSpec};
 use super::wit::{TOOL_INTERFACE, latest};
-
-/// Bounds on what `describe` may return.
-const MAX_TOOLS: usize = 256;
-const MAX_SCHEMA_BYTES: usize = 256 << 10;
-
 /// How a load went, for the CLI and the benchmarks.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoadReport {
@@ -338,69 +336,12 @@ impl Plugin {
     }
 }
 
-/// A `LoadError::World` that lists what the component imports and exports.
-fn world_error(component: &Component, engine: &wasmtime::Engine, detail: String) -> LoadError {
-    let ty = component.component_type();
-    let names = |items: Vec<String>| {
-        if items.is_empty() {
-            "(nothing)".to_string()
-        } else {
-            items.join(", ")
-        }
-    };
-    LoadError::World {
-        detail,
-        imports: names(
-            ty.imports(engine)
-                .map(|(name, _)| name.to_string())
-                .collect(),
-        ),
-        exports: names(
-            ty.exports(engine)
-                .map(|(name, _)| name.to_string())
-                .collect(),
-        ),
-    }
-}
-
 /// Whether a run checks the export signatures first (once, at load; the
 /// bindings only say "type mismatch", without naming the function).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Shape {
     Check,
     Checked,
-}
-
-const WRONG_SHAPE: &str = "wrong export shape: ";
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct WrongShape(String);
-
-/// Checks that `describe` and `invoke` have the signatures of the contract.
-fn check_export_types(instance: Instance, store: &mut Store<CallState>) -> Result<(), String> {
-    use latest::maestro::tool::types as wit;
-    let interface = instance
-        .get_export_index(&mut *store, None, TOOL_INTERFACE)
-        .ok_or_else(|| format!("`{TOOL_INTERFACE}` is not exported"))?;
-    let index = |store: &mut Store<CallState>, name: &str| {
-        instance
-            .get_export_index(&mut *store, Some(&interface), name)
-            .ok_or_else(|| format!("`{TOOL_INTERFACE}` has no function `{name}`"))
-    };
-    let describe = index(store, "describe")?;
-    instance
-        .get_typed_func::<(), (Vec<wit::ToolSpec>,)>(&mut *store, describe)
-        .map_err(|err| {
-            format!("`{TOOL_INTERFACE}#describe` must be `func() -> list<tool-spec>`: {err}")
-        })?;
-    let invoke = index(store, "invoke")?;
-    instance
-        .get_typed_func::<(&wit::Call,), (Result<wit::Outcome, wit::ToolError>,)>(&mut *store, invoke)
-        .map_err(|err| {
-            format!("`{TOOL_INTERFACE}#invoke` must be `func(call: call) -> result<outcome, tool-error>`: {err}")
-        })?;
-    Ok(())
 }
 
 /// The last `max` bytes of `text`, on a character boundary.
@@ -414,167 +355,6 @@ fn tail(text: &str, max: usize) -> String {
         start += 1;
     }
     format!("…{}", &text[start..])
-}
-
-/// Distinguishes components from core modules and non-wasm before the
-/// compiler sees them, so the error says what the file is.
-fn check_header(bytes: &[u8]) -> Result<(), LoadError> {
-    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-        let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(16)]).into_owned();
-        return Err(LoadError::NotWasm(format!(
-            "the file does not start with the wasm magic `\\0asm` (it starts with {shown:?})"
-        )));
-    }
-    match bytes[4..8] {
-        [1, 0, 0, 0] => Err(LoadError::CoreModule),
-        [_, _, 1, 0] => Ok(()),
-        _ => Err(LoadError::NotWasm(format!(
-            "unknown wasm version/layer bytes {:02x?}",
-            &bytes[4..8]
-        ))),
-    }
-}
-
-/// Checks what `describe` returned and compiles each tool's schema.
-fn validate_specs(
-    described: &[latest::maestro::tool::types::ToolSpec],
-    specs: &mut Vec<ToolSpec>,
-) -> Result<HashMap<String, jsonschema::Validator>, LoadError> {
-    if described.is_empty() {
-        return Err(LoadError::InvalidSpec {
-            tool: None,
-            reason: "the plugin describes no tools".into(),
-        });
-    }
-    if described.len() > MAX_TOOLS {
-        return Err(LoadError::InvalidSpec {
-            tool: None,
-            reason: format!(
-                "{} tools is more than the {MAX_TOOLS} allowed",
-                described.len()
-            ),
-        });
-    }
-    let mut seen = HashSet::new();
-    let mut validators = HashMap::new();
-    for spec in described {
-        let invalid = |reason: String| LoadError::InvalidSpec {
-            tool: Some(spec.name.clone()),
-            reason,
-        };
-        if !valid_tool_name(&spec.name) {
-            return Err(invalid(
-                "a tool name must match ^[A-Za-z][A-Za-z0-9_-]{0,63}$".into(),
-            ));
-        }
-        if !seen.insert(spec.name.clone()) {
-            return Err(invalid("the name is used by two tools".into()));
-        }
-        if spec.parameters.len() > MAX_SCHEMA_BYTES {
-            return Err(invalid(format!(
-                "parameters schema is larger than {MAX_SCHEMA_BYTES} bytes"
-            )));
-        }
-        let schema: serde_json::Value = serde_json::from_str(&spec.parameters)
-            .map_err(|err| invalid(format!("parameters is not JSON: {err}")))?;
-        if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
-            return Err(invalid(
-                r#"parameters must be a JSON Schema with "type": "object""#.into(),
-            ));
-        }
-        let validator = jsonschema::validator_for(&schema)
-            .map_err(|err| invalid(format!("parameters is not a valid JSON Schema: {err}")))?;
-        validators.insert(spec.name.clone(), validator);
-        specs.push(ToolSpec {
-            name: spec.name.clone(),
-            description: spec.description.clone(),
-            parameters: schema,
-        });
-    }
-    Ok(validators)
-}
-
-fn valid_tool_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
-        && name.len() <= 64
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_tells_core_modules_components_and_garbage_apart() {
-        assert!(matches!(
-            check_header(b"\0asm\x01\0\0\0rest"),
-            Err(LoadError::CoreModule)
-        ));
-        assert!(check_header(b"\0asm\x0d\0\x01\0rest").is_ok());
-        assert!(matches!(
-            check_header(b"hello world, not wasm"),
-            Err(LoadError::NotWasm(_))
-        ));
-        assert!(matches!(check_header(b"\0as"), Err(LoadError::NotWasm(_))));
-    }
-
-    #[test]
-    fn tool_names_are_checked() {
-        assert!(valid_tool_name("BrowseWeb"));
-        assert!(valid_tool_name("read_file-2"));
-        assert!(!valid_tool_name("2fast"));
-        assert!(!valid_tool_name("has space"));
-        assert!(!valid_tool_name(""));
-        assert!(!valid_tool_name(&"a".repeat(65)));
-    }
-
-    fn spec(name: &str, parameters: &str) -> latest::maestro::tool::types::ToolSpec {
-        latest::maestro::tool::types::ToolSpec {
-            name: name.into(),
-            description: "d".into(),
-            parameters: parameters.into(),
-        }
-    }
-
-    fn spec_error(described: &[latest::maestro::tool::types::ToolSpec]) -> String {
-        validate_specs(described, &mut Vec::new())
-            .unwrap_err()
-            .to_string()
-    }
-
-    #[test]
-    fn specs_are_validated() {
-        let object = r#"{"type":"object","properties":{"n":{"type":"integer","minimum":1}}}"#;
-        let mut specs = Vec::new();
-        let validators =
-            validate_specs(&[spec("a", object), spec("b", object)], &mut specs).unwrap();
-        assert_eq!(specs.len(), 2);
-        assert!(validators["a"].is_valid(&serde_json::json!({"n": 3})));
-        assert!(!validators["a"].is_valid(&serde_json::json!({"n": 0})));
-
-        assert!(spec_error(&[]).contains("no tools"));
-        assert!(
-            spec_error(&[spec("a", object), spec("a", object)])
-                .contains("`a`: the name is used by two tools")
-        );
-        assert!(spec_error(&[spec("bad name", object)]).contains("must match"));
-        assert!(spec_error(&[spec("a", "{not json")]).contains("not JSON"));
-        assert!(spec_error(&[spec("a", r#"{"type":"string"}"#)]).contains(r#""type": "object""#));
-        assert!(
-            spec_error(&[spec(
-                "a",
-                r#"{"type":"object","properties":{"n":{"type":"nope"}}}"#
-            )])
-            .contains("not a valid JSON Schema")
-        );
-    }
-
-    #[test]
-    fn tail_keeps_the_end_on_a_char_boundary() {
-        assert_eq!(tail("short", 10), "short");
-        assert_eq!(tail("ééééé", 3), "…é");
-    }
 }
 
 /// See `Plugin::warm_instance`.
@@ -607,5 +387,16 @@ impl WarmInstance {
             }),
             Err(err) => Err(CallError::Host(format!("{err:#}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_end_on_a_char_boundary() {
+        assert_eq!(tail("short", 10), "short");
+        assert_eq!(tail("ééééé", 3), "…é");
     }
 }

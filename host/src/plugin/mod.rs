@@ -8,6 +8,7 @@
 
 mod cache;
 mod capabilities;
+mod checks;
 mod error;
 mod http;
 mod loaded;
