@@ -385,3 +385,41 @@ async fn hostile_calls_in_parallel_do_not_disturb_honest_ones() {
         assert!(task.await.unwrap());
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_past_the_instance_pool_are_refused_as_overloaded_not_crashed() {
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir()),
+        max_instances: 2,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let hostile = Arc::new(
+        runtime
+            .load_file(artifacts::HOSTILE.as_ref(), PluginPolicy::default())
+            .await
+            .unwrap(),
+    );
+    let sleepers: Vec<_> = (0..3)
+        .map(|_| {
+            let hostile = hostile.clone();
+            tokio::spawn(async move { call(&hostile, "sleep", json!({"ms": 1000})).await })
+        })
+        .collect();
+    let mut overloaded = 0;
+    for sleeper in sleepers {
+        match sleeper.await.unwrap() {
+            Ok(Outcome::Output(text)) => assert_eq!(text, "slept 1000 ms"),
+            Err(error @ CallError::Overloaded(_)) => {
+                assert!(error.retryable());
+                overloaded += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(overloaded, 1);
+    assert!(matches!(
+        call(&hostile, "read_env", json!({})).await,
+        Ok(Outcome::Output(_))
+    ));
+}

@@ -143,6 +143,9 @@ pub enum CallError {
     Trap { message: String, console: String },
     #[error("{message}")]
     Tool { message: String, retryable: bool },
+    /// Every instance slot of the runtime is taken by calls in flight.
+    #[error("the host is at its limit of concurrent calls; try again shortly ({0})")]
+    Overloaded(String),
     #[error("the host could not run the call: {0}")]
     Host(String),
 }
@@ -155,6 +158,7 @@ impl CallError {
             CallError::Limit(_) => "limit",
             CallError::Trap { .. } => "trap",
             CallError::Tool { .. } => "tool-error",
+            CallError::Overloaded(_) => "overloaded",
             CallError::Host(_) => "host",
         }
     }
@@ -166,7 +170,7 @@ impl CallError {
             CallError::Tool {
                 retryable: true,
                 ..
-            }
+            } | CallError::Overloaded(_)
         )
     }
 

@@ -32,8 +32,14 @@ use super::wit::{TOOL_INTERFACE, latest};
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoadReport {
     pub compiled_from: CompiledFrom,
+    #[serde(rename = "compile_or_load_ms", serialize_with = "millis")]
     pub compile_or_load: Duration,
+    #[serde(rename = "total_ms", serialize_with = "millis")]
     pub total: Duration,
+}
+
+fn millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(duration.as_secs_f64() * 1000.0)
 }
 
 pub struct Plugin {
@@ -310,6 +316,9 @@ impl Plugin {
     fn classify(&self, store: &Store<CallState>, error: wasmtime::Error) -> CallError {
         if let Some(WrongShape(detail)) = error.downcast_ref::<WrongShape>() {
             return CallError::Host(format!("{WRONG_SHAPE}{detail}"));
+        }
+        if let Some(full) = error.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
+            return CallError::Overloaded(full.to_string());
         }
         if let Some(limit) = &store.data().limits.exceeded {
             return CallError::Limit(limit.clone());
