@@ -4,7 +4,7 @@
 
 use maestro::plugin::{CallError, CallRequest, LoginRequest, Outcome, Park, Policy, Resume};
 use maestro_e2e::site::{GOOD_SESSION, Site};
-use maestro_e2e::{artifacts, load, load_with_toml, output_json};
+use maestro_e2e::{artifacts, assert_tool_error, load, load_with_toml, output_json};
 use serde_json::json;
 
 fn allowing(site: &Site) -> String {
@@ -185,31 +185,27 @@ async fn requests_outside_the_allowlist_never_leave_the_host() {
         Policy::default().for_plugin("browse_web"),
     )
     .await;
-    let denied = plugin
-        .invoke(CallRequest::new(
-            "BrowseWeb",
-            json!({"url": site.url("/public")}),
-        ))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&denied, CallError::Tool { message, .. } if message.contains("HttpRequestDenied")),
-        "{denied}"
+    assert_tool_error(
+        plugin
+            .invoke(CallRequest::new(
+                "BrowseWeb",
+                json!({"url": site.url("/public")}),
+            ))
+            .await,
+        "HttpRequestDenied",
     );
 
     // Allowed port, other port: still denied.
     let other_port = "[plugins.browse_web]\nhttp_allow = [\"127.0.0.1:1\"]\n";
     let plugin = load_with_toml(artifacts::BROWSE_WEB, other_port).await;
-    let denied = plugin
-        .invoke(CallRequest::new(
-            "BrowseWeb",
-            json!({"url": site.url("/public")}),
-        ))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&denied, CallError::Tool { message, .. } if message.contains("HttpRequestDenied")),
-        "{denied}"
+    assert_tool_error(
+        plugin
+            .invoke(CallRequest::new(
+                "BrowseWeb",
+                json!({"url": site.url("/public")}),
+            ))
+            .await,
+        "HttpRequestDenied",
     );
 
     // A name on the allowlist that resolves to loopback needs http_allow_private.
@@ -219,13 +215,11 @@ async fn requests_outside_the_allowlist_never_leave_the_host() {
     );
     let plugin = load_with_toml(artifacts::BROWSE_WEB, &by_name).await;
     let url = format!("http://localhost:{}/public", site.addr.port());
-    let denied = plugin
-        .invoke(CallRequest::new("BrowseWeb", json!({"url": url})))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&denied, CallError::Tool { message, .. } if message.contains("DestinationIpProhibited")),
-        "{denied}"
+    assert_tool_error(
+        plugin
+            .invoke(CallRequest::new("BrowseWeb", json!({"url": url})))
+            .await,
+        "DestinationIpProhibited",
     );
     assert_eq!(site.hits(), 0, "no denied request may reach the site");
 

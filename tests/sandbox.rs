@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use maestro::plugin::{
-    CallError, CallRequest, Limit, Outcome, Plugin, PluginPolicy, Runtime, RuntimeConfig,
-    SpawnContext, SubtaskSpawner,
+    CallError, CallRequest, Limit, LoadError, Outcome, Plugin, PluginPolicy, Runtime,
+    RuntimeConfig, SpawnContext, SubtaskSpawner,
 };
 use maestro_e2e::site::Site;
-use maestro_e2e::{artifacts, cache_dir, call, load, load_with_toml, output_json};
+use maestro_e2e::{
+    artifacts, assert_tool_error, cache_dir, call, load, load_with_toml, output_json,
+};
 use serde_json::json;
 
 /// The host still serves: the hostile plugin's harmless tool and another plugin both answer.
@@ -224,12 +226,9 @@ async fn environment_shows_only_granted_variables() {
 async fn http_to_a_host_off_the_allowlist_is_denied() {
     let site = Site::start().await;
     let hostile = load(artifacts::HOSTILE, PluginPolicy::default()).await;
-    let denied = call(&hostile, "http_get", json!({"url": site.url("/public")}))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&denied, CallError::Tool { message, .. } if message.contains("HttpRequestDenied")),
-        "{denied}"
+    assert_tool_error(
+        call(&hostile, "http_get", json!({"url": site.url("/public")})).await,
+        "HttpRequestDenied",
     );
     assert_eq!(site.hits(), 0);
 
@@ -291,7 +290,10 @@ async fn fuel_gives_a_deterministic_limit() {
         )
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("fuel"), "{err}");
+    assert!(
+        matches!(err, LoadError::Policy(_)) && err.to_string().contains("fuel"),
+        "{err}"
+    );
 }
 
 struct RecordingSpawner;
@@ -316,12 +318,9 @@ impl SubtaskSpawner for RecordingSpawner {
 async fn spawn_subtask_needs_a_grant_and_a_job_host() {
     let args = json!({"piece": "research", "input": "topic"});
     let hostile = load(artifacts::HOSTILE, PluginPolicy::default()).await;
-    let denied = call(&hostile, "spawn_subtask", args.clone())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&denied, CallError::Tool { message, .. } if message.contains("does not grant spawn_subtasks")),
-        "{denied}"
+    assert_tool_error(
+        call(&hostile, "spawn_subtask", args.clone()).await,
+        "does not grant spawn_subtasks",
     );
 
     let granted = PluginPolicy {
@@ -329,12 +328,9 @@ async fn spawn_subtask_needs_a_grant_and_a_job_host() {
         ..PluginPolicy::default()
     };
     let no_jobs = load(artifacts::HOSTILE, granted.clone()).await;
-    let unavailable = call(&no_jobs, "spawn_subtask", args.clone())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&unavailable, CallError::Tool { message, .. } if message.contains("runs no jobs")),
-        "{unavailable}"
+    assert_tool_error(
+        call(&no_jobs, "spawn_subtask", args.clone()).await,
+        "runs no jobs",
     );
 
     let runtime = Runtime::new(RuntimeConfig {

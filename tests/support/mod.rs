@@ -66,3 +66,12 @@ pub fn output_json(outcome: &Outcome) -> serde_json::Value {
         other => panic!("expected an output, got {other:?}"),
     }
 }
+
+/// Asserts that a call ended in the tool's own error and that its message
+/// contains `needle`; returns the message.
+pub fn assert_tool_error(result: Result<Outcome, CallError>, needle: &str) -> String {
+    match result {
+        Err(CallError::Tool { message, .. }) if message.contains(needle) => message,
+        other => panic!("expected a tool error containing {needle:?}, got {other:?}"),
+    }
+}

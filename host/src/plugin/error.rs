@@ -96,6 +96,8 @@ pub enum LoadError {
     CoreModule,
     #[error("the component does not compile: {0}")]
     Compile(String),
+    #[error("the policy cannot be applied: {0}")]
+    Policy(String),
     #[error(
         "the component does not target the world maestro:tool/plugin@0.1.0: {detail}\n  it imports: {imports}\n  it exports: {exports}"
     )]
@@ -120,6 +122,7 @@ impl LoadError {
             LoadError::NotWasm(_) => "not-wasm",
             LoadError::CoreModule => "core-module",
             LoadError::Compile(_) => "compile",
+            LoadError::Policy(_) => "policy",
             LoadError::World { .. } => "wrong-world",
             LoadError::Describe(_) => "describe-failed",
             LoadError::InvalidSpec { .. } => "invalid-spec",

@@ -145,7 +145,7 @@ impl Runtime {
         policy: PluginPolicy,
     ) -> Result<Plugin, LoadError> {
         if policy.fuel.is_some() && !self.inner.fuel {
-            return Err(LoadError::Compile(format!(
+            return Err(LoadError::Policy(format!(
                 "the policy of `{name}` sets a fuel budget but this runtime does not meter fuel"
             )));
         }
