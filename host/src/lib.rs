@@ -1,7 +1,9 @@
 //! maestro: a host for agent engines whose tools are sandboxed WebAssembly
-//! components. `plugin` is the component runtime and its sandbox; `phase`
-//! is the pure phase machine of sessions; `cli` is the `maestro` command.
+//! components. `plugin` is the component runtime and its sandbox; `piece`
+//! loads and lints YAML workflows; `phase` is the pure phase machine of
+//! sessions; `cli` is the `maestro` command.
 
 pub mod cli;
 pub mod phase;
+pub mod piece;
 pub mod plugin;

@@ -190,3 +190,50 @@ fn list_loads_a_folder_and_reports_what_fails() {
     assert_eq!(row("not_a_component")["error"]["code"], "core-module");
     assert_eq!(row("wrong_world")["error"]["code"], "wrong-world");
 }
+
+#[test]
+fn piece_lint_passes_the_examples_and_names_each_problem() {
+    let pieces = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pieces");
+    let (output, _) = run(&[
+        "piece",
+        "lint",
+        pieces.to_str().unwrap(),
+        "--plugins",
+        artifacts::DIR,
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("3 piece(s) checked: no problem"),
+        "{}",
+        stderr(&output)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "name: bad\ninitial_movement: start\nmax_movements: 3\nmovements:\n  - name: start\n    instructions: go\n    tools: [Teleport]\n    rules:\n      - condition: done\n        next: COMPLETE\n",
+    )
+    .unwrap();
+    let output = maestro()
+        .args([
+            "piece",
+            "lint",
+            bad.to_str().unwrap(),
+            "--plugins",
+            artifacts::DIR,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        report.contains("bad.yaml:7:13: movements[0].tools[0]") && report.contains("Teleport"),
+        "{report}"
+    );
+    assert!(
+        report.contains("bad.yaml:10:15: movements[0].rules[0].next")
+            && report.contains("sentinel"),
+        "{report}"
+    );
+}

@@ -5,6 +5,7 @@
 //! 0 (success), 1 (the call ended in an error) or 2 (bad input: usage,
 //! policy, or a plugin that does not load).
 
+mod piece;
 mod plugin;
 
 use std::ffi::OsString;
@@ -40,6 +41,9 @@ enum Command {
     /// Load, inspect and call tool plugins (WebAssembly components).
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Check pieces (YAML workflows of movements).
+    #[command(subcommand)]
+    Piece(piece::PieceCommand),
 }
 
 /// Error of a command: the message is printed as `error: …`.
@@ -122,6 +126,7 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
     };
     match &cli.command {
         Command::Plugin(command) => plugin::execute(command, runtime).await,
+        Command::Piece(command) => piece::execute(command, runtime).await,
     }
 }
 
