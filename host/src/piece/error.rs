@@ -1,3 +1,9 @@
+//! Errors of loading (`PieceError`) and linting (`LintError`) a piece.
+//!
+//! Invariant: every error that comes from a file carries its path, the
+//! 1-based line and column, and the field path (`movements[1].rules[0].next`),
+//! and prints as `file:line:column: field: message`.
+
 use std::fmt;
 use std::path::PathBuf;
 

@@ -1,3 +1,6 @@
+//! The example pieces in `pieces/` load and lint clean against the
+//! first-party tools.
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

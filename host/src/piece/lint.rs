@@ -1,3 +1,8 @@
+//! Lint: the rules a piece must obey before it may run.
+//!
+//! Invariant: lint reads the model and never fails; it returns every problem
+//! it finds, ordered by position, and an empty list means the piece may run.
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::error::{LintError, LintKind};

@@ -1,3 +1,5 @@
+//! One test per lint rule, each asserting the exact line and column.
+
 use std::collections::BTreeSet;
 
 use super::{LintError, LintKind, Sentinel, SourcePosition, lint, parse_piece};

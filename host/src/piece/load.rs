@@ -1,3 +1,10 @@
+//! Reading pieces from YAML (serde-saphyr).
+//!
+//! Invariant: the YAML shape types stay private to this file; what leaves it
+//! is the public model with a position on every value lint may point at, or
+//! a `PieceError` with file, line, column and field. Unknown and duplicate
+//! keys are errors, never ignored.
+
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;

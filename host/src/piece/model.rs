@@ -1,3 +1,8 @@
+//! The piece model: pieces, movements, rules, sentinels and typed targets.
+//!
+//! Invariant: a model value only says what the file said (with where it said
+//! it); whether the piece may run is `lint`'s judgement, not the model's.
+
 use std::fmt;
 use std::path::PathBuf;
 
