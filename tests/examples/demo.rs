@@ -201,7 +201,9 @@ fn step(title: &str, args: &[&str]) {
         .collect();
     println!("$ maestro {}", shown.join(" "));
     let code = maestro::cli::run(std::iter::once("maestro").chain(args.iter().copied()));
-    if code != std::process::ExitCode::SUCCESS {
-        println!("(exit code {code:?})");
+    if code == std::process::ExitCode::from(1) {
+        println!("(exit status 1: the call ended in an error)");
+    } else if code != std::process::ExitCode::SUCCESS {
+        println!("(exit status 2: bad input)");
     }
 }
