@@ -25,41 +25,38 @@ async fn a_core_module_is_not_a_component() {
     );
 }
 
+/// The detail, imports and exports of the wrong-world error `path` must give.
+async fn wrong_world(path: &str) -> (String, String, String) {
+    match load_error(path).await {
+        LoadError::World {
+            detail,
+            imports,
+            exports,
+        } => (detail, imports, exports),
+        other => panic!("expected a wrong-world error, got {other}"),
+    }
+}
+
 #[tokio::test]
 async fn a_component_of_another_world_names_what_it_exports() {
-    let err = load_error(artifacts::WRONG_WORLD).await;
-    let LoadError::World {
-        detail, exports, ..
-    } = &err
-    else {
-        panic!("{err}")
-    };
+    let (detail, _, exports) = wrong_world(artifacts::WRONG_WORLD).await;
     assert!(detail.contains("maestro:tool/tool@0.1.0"), "{detail}");
     assert!(exports.contains("acme:widget/run@1.0.0"), "{exports}");
 }
 
 #[tokio::test]
-async fn wrong_function_types_are_refused() {
-    let err = load_error(artifacts::WRONG_TYPES).await;
-    let LoadError::World {
-        detail, exports, ..
-    } = &err
-    else {
-        panic!("{err}")
-    };
-    assert!(detail.contains("maestro:tool/tool@0.1.0"), "{detail}");
+async fn wrong_function_types_are_refused_naming_the_function() {
+    let (detail, _, exports) = wrong_world(artifacts::WRONG_TYPES).await;
+    assert!(
+        detail.contains("`maestro:tool/tool@0.1.0#describe` must be `func() -> list<tool-spec>`"),
+        "{detail}"
+    );
     assert!(exports.contains("maestro:tool/tool@0.1.0"), "{exports}");
 }
 
 #[tokio::test]
 async fn an_unknown_import_is_named() {
-    let err = load_error(artifacts::UNKNOWN_IMPORT).await;
-    let LoadError::World {
-        detail, imports, ..
-    } = &err
-    else {
-        panic!("{err}")
-    };
+    let (detail, imports, _) = wrong_world(artifacts::UNKNOWN_IMPORT).await;
     assert!(detail.contains("acme:secrets/vault@1.0.0"), "{detail}");
     assert!(imports.contains("acme:secrets/vault@1.0.0"), "{imports}");
 }
