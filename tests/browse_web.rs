@@ -2,10 +2,19 @@
 //! wall (park browser-login → resume with the session → the page), and the
 //! allowlist that gates every request.
 
-use maestro::plugin::{CallError, CallRequest, LoginRequest, Outcome, Park, Policy, Resume};
+use maestro::plugin::{
+    CallError, CallRequest, LoginRequest, Outcome, Park, Plugin, Policy, Resume,
+};
 use maestro_e2e::site::{GOOD_SESSION, Site};
 use maestro_e2e::{artifacts, assert_tool_error, load, load_with_toml, output_json};
 use serde_json::json;
+
+/// BrowseWeb on `url`, as a fresh call.
+async fn browse(plugin: &Plugin, url: &str) -> Result<Outcome, CallError> {
+    plugin
+        .invoke(CallRequest::new("BrowseWeb", json!({"url": url})))
+        .await
+}
 
 fn allowing(site: &Site) -> String {
     format!(
@@ -18,13 +27,7 @@ fn allowing(site: &Site) -> String {
 async fn reads_a_public_page() {
     let site = Site::start().await;
     let plugin = load_with_toml(artifacts::BROWSE_WEB, &allowing(&site)).await;
-    let outcome = plugin
-        .invoke(CallRequest::new(
-            "BrowseWeb",
-            json!({"url": site.url("/public")}),
-        ))
-        .await
-        .unwrap();
+    let outcome = browse(&plugin, &site.url("/public")).await.unwrap();
     let page = output_json(&outcome);
     assert_eq!(page["status"], 200);
     assert_eq!(page["title"], "Quarterly & Annual Report");
@@ -52,15 +55,7 @@ async fn reads_a_public_page() {
     assert_eq!(short["truncated"], true);
     assert!(short["text"].as_str().unwrap().chars().count() <= 10);
 
-    let plain = output_json(
-        &plugin
-            .invoke(CallRequest::new(
-                "BrowseWeb",
-                json!({"url": site.url("/plain")}),
-            ))
-            .await
-            .unwrap(),
-    );
+    let plain = output_json(&browse(&plugin, &site.url("/plain")).await.unwrap());
     assert_eq!(plain["text"], "just text\nline two");
 }
 
@@ -126,13 +121,7 @@ async fn status_401_and_403_are_login_walls_and_500_is_retryable() {
     let site = Site::start().await;
     let plugin = load_with_toml(artifacts::BROWSE_WEB, &allowing(&site)).await;
     for path in ["/api", "/forbidden"] {
-        let outcome = plugin
-            .invoke(CallRequest::new(
-                "BrowseWeb",
-                json!({"url": site.url(path)}),
-            ))
-            .await
-            .unwrap();
+        let outcome = browse(&plugin, &site.url(path)).await.unwrap();
         assert_eq!(
             outcome,
             Outcome::Park(Park::BrowserLogin(LoginRequest {
@@ -154,25 +143,13 @@ async fn status_401_and_403_are_login_walls_and_500_is_retryable() {
     );
     assert_eq!(data["text"], "api data: ok");
 
-    let broken = plugin
-        .invoke(CallRequest::new(
-            "BrowseWeb",
-            json!({"url": site.url("/broken")}),
-        ))
-        .await
-        .unwrap_err();
+    let broken = browse(&plugin, &site.url("/broken")).await.unwrap_err();
     assert!(
         matches!(&broken, CallError::Tool { message, retryable: true } if message.contains("500")),
         "{broken}"
     );
 
-    let looping = plugin
-        .invoke(CallRequest::new(
-            "BrowseWeb",
-            json!({"url": site.url("/loop")}),
-        ))
-        .await
-        .unwrap_err();
+    let looping = browse(&plugin, &site.url("/loop")).await.unwrap_err();
     assert!(matches!(looping, CallError::Tool { .. }), "{looping}");
 }
 
@@ -186,12 +163,7 @@ async fn requests_outside_the_allowlist_never_leave_the_host() {
     )
     .await;
     assert_tool_error(
-        plugin
-            .invoke(CallRequest::new(
-                "BrowseWeb",
-                json!({"url": site.url("/public")}),
-            ))
-            .await,
+        browse(&plugin, &site.url("/public")).await,
         "HttpRequestDenied",
     );
 
@@ -199,12 +171,7 @@ async fn requests_outside_the_allowlist_never_leave_the_host() {
     let other_port = "[plugins.browse_web]\nhttp_allow = [\"127.0.0.1:1\"]\n";
     let plugin = load_with_toml(artifacts::BROWSE_WEB, other_port).await;
     assert_tool_error(
-        plugin
-            .invoke(CallRequest::new(
-                "BrowseWeb",
-                json!({"url": site.url("/public")}),
-            ))
-            .await,
+        browse(&plugin, &site.url("/public")).await,
         "HttpRequestDenied",
     );
 
@@ -215,22 +182,12 @@ async fn requests_outside_the_allowlist_never_leave_the_host() {
     );
     let plugin = load_with_toml(artifacts::BROWSE_WEB, &by_name).await;
     let url = format!("http://localhost:{}/public", site.addr.port());
-    assert_tool_error(
-        plugin
-            .invoke(CallRequest::new("BrowseWeb", json!({"url": url})))
-            .await,
-        "DestinationIpProhibited",
-    );
+    assert_tool_error(browse(&plugin, &url).await, "DestinationIpProhibited");
     assert_eq!(site.hits(), 0, "no denied request may reach the site");
 
     let private_ok = format!("{by_name}http_allow_private = true\n");
     let plugin = load_with_toml(artifacts::BROWSE_WEB, &private_ok).await;
-    let page = output_json(
-        &plugin
-            .invoke(CallRequest::new("BrowseWeb", json!({"url": url})))
-            .await
-            .unwrap(),
-    );
+    let page = output_json(&browse(&plugin, &url).await.unwrap());
     assert_eq!(page["status"], 200);
     assert_eq!(site.hits(), 1);
 }
