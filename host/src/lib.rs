@@ -4,6 +4,8 @@
 //! sessions; `cli` is the `maestro` command.
 
 pub mod cli;
+pub mod engine;
+pub mod llm;
 pub mod phase;
 pub mod piece;
 pub mod plugin;

@@ -1,0 +1,569 @@
+//! The agent loop of one movement: the model gets the movement's tools (plus a transition tool
+//! built from its rules), its tool calls run through the plugin runtime, and the movement
+//! finishes when a call settles it.
+//!
+//! Invariant: a movement finishes only through [`MovementResult`]: a transition picks a rule's
+//! `next`; a control-flow outcome of any tool becomes its sentinel — terminal outcomes end the
+//! job, parks record the call (and the content hash of the plugin that made it) so that the
+//! resume re-invokes that very call with `resume` set, in the same movement; a policy that
+//! wants approval parks the call before it runs. Nothing a model or a tool does can make the
+//! loop spin forever: model turns, consecutive text-only replies and the piece's movements are
+//! all bounded, and each guard names itself. Every tool call the model made gets exactly one
+//! answer in the conversation (parked calls get theirs on resume).
+
+use super::events::{JobEvent, Observer};
+use super::job::{JobState, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest};
+use super::piece_runner::{Guard, MovementResult};
+use super::tools::{TRANSITION_TOOL, ToolCatalog};
+use super::{CancelFlag, EngineLimits};
+use crate::llm::{ChatRequest, Message, Model, ToolCall, ToolDefinition};
+use crate::piece::{DefaultNext, Movement, Next, Piece, Sentinel};
+use crate::plugin::{CallRequest, Outcome, Park, Plugin, Resume, Terminal};
+
+/// Everything a movement runs against; one per job run.
+pub(crate) struct LoopContext<'a> {
+    pub model: &'a dyn Model,
+    pub catalog: &'a ToolCatalog,
+    pub limits: &'a EngineLimits,
+    pub piece: &'a Piece,
+    pub observer: &'a dyn Observer,
+    pub cancel: &'a CancelFlag,
+}
+
+impl LoopContext<'_> {
+    pub fn emit(&self, job: &JobState, event: JobEvent) {
+        self.observer.on_event(&job.id, &event);
+    }
+}
+
+/// Whether a tool call leaves the movement running.
+enum Flow {
+    Continue,
+    Finish(MovementResult),
+}
+
+/// Runs `movement` until something settles it. `resume` is the answer to the call this job
+/// parked in this movement.
+pub(crate) async fn run_movement(
+    cx: &LoopContext<'_>,
+    movement: &Movement,
+    job: &mut JobState,
+    resume: Option<(ResumePoint, Resume)>,
+) -> MovementResult {
+    if let Some((point, answer)) = resume {
+        if let Flow::Finish(result) = settle_resume(cx, movement, job, point, answer).await {
+            return result;
+        }
+    }
+    let tools = tool_definitions(cx, movement);
+    loop {
+        if cx.cancel.is_cancelled() {
+            return MovementResult::cancelled();
+        }
+        if job.turns >= cx.limits.max_iterations {
+            return MovementResult::guard(
+                Guard::MaxIterations,
+                format!(
+                    "movement `{}` used its {} model turns without settling",
+                    job.movement, cx.limits.max_iterations
+                ),
+            );
+        }
+        job.turns += 1;
+        let request = ChatRequest {
+            system: system_prompt(cx.piece, movement, job, cx.limits),
+            messages: job.conversation.clone(),
+            tools: tools.clone(),
+        };
+        let reply = match cx.model.reply(&request).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                return MovementResult::unsettled(format!(
+                    "the model gave no reply in movement `{}`: {error}",
+                    job.movement
+                ));
+            }
+        };
+        job.conversation.push(reply.to_message());
+        cx.emit(
+            job,
+            JobEvent::ModelReplied {
+                movement: job.movement.clone(),
+                text: reply.text.clone(),
+                tool_calls: reply.tool_calls.iter().map(|c| c.name.clone()).collect(),
+            },
+        );
+        if reply.tool_calls.is_empty() {
+            if let Some(result) = text_only_reply(cx, movement, job, reply.text.as_deref()) {
+                return result;
+            }
+            continue;
+        }
+        job.text_only_streak = 0;
+        for (index, call) in reply.tool_calls.iter().enumerate() {
+            if let Flow::Finish(result) = run_call(cx, movement, job, call).await {
+                for skipped in &reply.tool_calls[index + 1..] {
+                    let note = format!(
+                        "Not run: the movement ended at call `{}` ({}).",
+                        call.id, call.name
+                    );
+                    answer(cx, job, &skipped.id, &skipped.name, note, true);
+                }
+                return result;
+            }
+        }
+    }
+}
+
+/// A reply without tool calls: the movement's `default_next` when it has one ("no rule fired"),
+/// otherwise a nudge — and the text-only guard once the nudges run out.
+fn text_only_reply(
+    cx: &LoopContext<'_>,
+    movement: &Movement,
+    job: &mut JobState,
+    text: Option<&str>,
+) -> Option<MovementResult> {
+    match movement.default_target() {
+        Some(Ok(DefaultNext::Movement(next))) => return Some(MovementResult::goto(next)),
+        Some(Ok(DefaultNext::Complete)) => {
+            return Some(MovementResult::complete(text.unwrap_or_default()));
+        }
+        Some(Ok(DefaultNext::Abort)) => {
+            return Some(MovementResult::abort(format!(
+                "movement `{}` ended without a transition and its default_next is ABORT",
+                job.movement
+            )));
+        }
+        Some(Err(sentinel)) => {
+            return Some(MovementResult::unsettled(format!(
+                "movement `{}` has default_next {sentinel}, which cannot be followed",
+                job.movement
+            )));
+        }
+        None => {}
+    }
+    job.text_only_streak += 1;
+    if job.text_only_streak >= cx.limits.max_text_only {
+        return Some(MovementResult::guard(
+            Guard::TextOnlyLimit,
+            format!(
+                "the model replied {} times in a row without calling a tool in movement `{}`",
+                job.text_only_streak, job.movement
+            ),
+        ));
+    }
+    let mut nudge = String::from(
+        "(maestro) This movement only moves on through a tool call. Call one of the tools \
+         offered",
+    );
+    if !movement.rules.is_empty() {
+        nudge.push_str(&format!(", or `{TRANSITION_TOOL}` to go to the next step"));
+    }
+    nudge.push('.');
+    job.conversation.push(Message::User { text: nudge });
+    None
+}
+
+async fn run_call(
+    cx: &LoopContext<'_>,
+    movement: &Movement,
+    job: &mut JobState,
+    call: &ToolCall,
+) -> Flow {
+    cx.emit(
+        job,
+        JobEvent::ToolCalled {
+            movement: job.movement.clone(),
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: call.arguments.clone(),
+        },
+    );
+    if cx.cancel.is_cancelled() {
+        return Flow::Finish(MovementResult::cancelled());
+    }
+    if call.name == TRANSITION_TOOL && !movement.rules.is_empty() {
+        return transition(cx, movement, job, call);
+    }
+    let offered = movement.tools.iter().any(|tool| tool.value == call.name);
+    let plugin = cx.catalog.plugin_for(&call.name).filter(|_| offered);
+    let Some(plugin) = plugin else {
+        let note = format!(
+            "Tool `{}` is not available in movement `{}`. Available: {}.",
+            call.name,
+            job.movement,
+            available_tools(movement)
+        );
+        answer(cx, job, &call.id, &call.name, note, true);
+        return Flow::Continue;
+    };
+    let arguments = match serde_json::from_str::<serde_json::Value>(&call.arguments) {
+        Ok(arguments) => arguments,
+        Err(error) => {
+            let note = format!("The arguments are not valid JSON ({error}); call the tool again.");
+            answer(cx, job, &call.id, &call.name, note, true);
+            return Flow::Continue;
+        }
+    };
+    let request = CallRequest {
+        call_id: call.id.clone(),
+        job_id: job.id.clone(),
+        movement: job.movement.clone(),
+        tool: call.name.clone(),
+        arguments,
+        resume: None,
+    };
+    let pin = PinnedPlugin {
+        name: plugin.name().to_owned(),
+        content_hash: plugin.content_hash().to_owned(),
+    };
+    if plugin.policy().require_approval {
+        let wait = Wait {
+            reason: Some(WaitReason::ToolRequest),
+            request: WaitRequest::ToolApproval {
+                tool: call.name.clone(),
+                reason: format!(
+                    "the operator's policy requires a human to approve every call of plugin `{}`",
+                    plugin.name()
+                ),
+                arguments: call.arguments.clone(),
+            },
+            resume: ResumePoint::ApprovalGate { call: request, plugin: pin },
+        };
+        let resume_movement = job.movement.clone();
+        return Flow::Finish(MovementResult::park(
+            Sentinel::WaitingHumanToolRequest,
+            resume_movement,
+            wait,
+        ));
+    }
+    invoke(cx, job, plugin, request, pin).await
+}
+
+/// Runs one call on `plugin` and turns its outcome into the movement's next step.
+async fn invoke(
+    cx: &LoopContext<'_>,
+    job: &mut JobState,
+    plugin: &Plugin,
+    request: CallRequest,
+    pin: PinnedPlugin,
+) -> Flow {
+    let (call_id, tool) = (request.call_id.clone(), request.tool.clone());
+    match plugin.invoke(request.clone()).await {
+        Ok(Outcome::Output(output)) => {
+            answer(cx, job, &call_id, &tool, output, false);
+            Flow::Continue
+        }
+        Err(error) => {
+            answer(cx, job, &call_id, &tool, error.to_json().to_string(), true);
+            Flow::Continue
+        }
+        Ok(Outcome::Terminal(Terminal::Complete(output))) => {
+            answer(cx, job, &call_id, &tool, "The job is complete.".into(), false);
+            Flow::Finish(MovementResult::complete(output))
+        }
+        Ok(Outcome::Terminal(Terminal::Abort(reason))) => {
+            answer(cx, job, &call_id, &tool, "The job is aborted.".into(), false);
+            Flow::Finish(MovementResult::abort(reason))
+        }
+        Ok(Outcome::Park(park)) => {
+            let (sentinel, reason, wait_request) = match park {
+                Park::Ask(question) => (
+                    Sentinel::Ask,
+                    Some(WaitReason::Input),
+                    WaitRequest::Question { question },
+                ),
+                Park::BrowserLogin(login) => (
+                    Sentinel::WaitingHumanBrowser,
+                    Some(WaitReason::BrowserLogin),
+                    WaitRequest::BrowserLogin {
+                        url: login.url,
+                        reason: login.reason,
+                    },
+                ),
+                Park::ToolRequest(tool_request) => (
+                    Sentinel::WaitingHumanToolRequest,
+                    Some(WaitReason::ToolRequest),
+                    WaitRequest::ToolApproval {
+                        tool: tool_request.tool,
+                        reason: tool_request.reason,
+                        arguments: tool_request.arguments,
+                    },
+                ),
+                Park::Subtasks(job_ids) => {
+                    (Sentinel::WaitSubtasks, None, WaitRequest::Subtasks { job_ids })
+                }
+            };
+            let wait = Wait {
+                reason,
+                request: wait_request,
+                resume: ResumePoint::ParkedCall {
+                    call: CallRequest {
+                        resume: None,
+                        ..request
+                    },
+                    plugin: pin,
+                },
+            };
+            // Iron rule: a tool park resumes in the movement it interrupted.
+            let resume_movement = job.movement.clone();
+            Flow::Finish(MovementResult::park(sentinel, resume_movement, wait))
+        }
+    }
+}
+
+/// The answer to a park of this movement: re-invoke the parked call, or settle the approval.
+async fn settle_resume(
+    cx: &LoopContext<'_>,
+    movement: &Movement,
+    job: &mut JobState,
+    point: ResumePoint,
+    answer_given: Resume,
+) -> Flow {
+    cx.emit(
+        job,
+        JobEvent::Resumed {
+            movement: movement.name.value.clone(),
+            resume: answer_given.clone(),
+        },
+    );
+    let (call, pin, gate) = match point {
+        ResumePoint::ParkedCall { call, plugin } => (call, plugin, false),
+        ResumePoint::ApprovalGate { call, plugin } => (call, plugin, true),
+        ResumePoint::EnterMovement => {
+            return Flow::Finish(MovementResult::unsettled(
+                "a movement-entry resume reached the agent loop",
+            ));
+        }
+    };
+    let Some(plugin) = cx.catalog.pinned(&pin.content_hash).cloned() else {
+        return Flow::Finish(MovementResult::unsettled(format!(
+            "call `{}` parked on plugin `{}` version {}, which is no longer loaded",
+            call.call_id, pin.name, pin.content_hash
+        )));
+    };
+    if !gate {
+        return invoke(cx, job, &plugin, call.resumed(answer_given), pin).await;
+    }
+    match answer_given {
+        Resume::Approved => invoke(cx, job, &plugin, call, pin).await,
+        Resume::Denied(reason) => {
+            let note = format!("A human denied this call: {reason}");
+            answer(cx, job, &call.call_id, &call.tool, note, true);
+            Flow::Continue
+        }
+        Resume::Expired => {
+            let note = "The approval request expired before anyone answered; the call did not run.";
+            answer(cx, job, &call.call_id, &call.tool, note.into(), true);
+            Flow::Continue
+        }
+        other => Flow::Finish(MovementResult::unsettled(format!(
+            "an approval was answered with {other:?}"
+        ))),
+    }
+}
+
+fn transition(
+    cx: &LoopContext<'_>,
+    movement: &Movement,
+    job: &mut JobState,
+    call: &ToolCall,
+) -> Flow {
+    let targets = transition_targets(movement);
+    let chosen = serde_json::from_str::<serde_json::Value>(&call.arguments)
+        .ok()
+        .and_then(|arguments| arguments.get("next")?.as_str().map(str::to_owned))
+        .filter(|next| targets.contains(next));
+    let Some(chosen) = chosen else {
+        let note = format!(
+            "`{TRANSITION_TOOL}` needs arguments like {{\"next\": \"…\"}} with `next` one of: {}.",
+            targets.join(", ")
+        );
+        answer(cx, job, &call.id, &call.name, note, true);
+        return Flow::Continue;
+    };
+    match Next::from_rule_next(&chosen) {
+        Ok(Next::Movement(next)) => {
+            let note = format!("Moving on to `{next}`.");
+            answer(cx, job, &call.id, &call.name, note, false);
+            Flow::Finish(MovementResult::goto(next))
+        }
+        Ok(Next::WaitSubtasks) => {
+            let Some(resume_at) = movement.default_next.as_ref() else {
+                let note = "This movement has no default_next to resume at after the subtasks.";
+                answer(cx, job, &call.id, &call.name, note.into(), true);
+                return Flow::Continue;
+            };
+            let note = format!(
+                "Waiting for the subtasks; the piece continues at `{}` with their results.",
+                resume_at.value
+            );
+            answer(cx, job, &call.id, &call.name, note, false);
+            let wait = Wait {
+                reason: None,
+                request: WaitRequest::Subtasks {
+                    job_ids: job.children.clone(),
+                },
+                resume: ResumePoint::EnterMovement,
+            };
+            Flow::Finish(MovementResult::park(
+                Sentinel::WaitSubtasks,
+                resume_at.value.clone(),
+                wait,
+            ))
+        }
+        Err(sentinel) => Flow::Finish(MovementResult::unsettled(format!(
+            "rule target {sentinel} is not allowed in rules"
+        ))),
+    }
+}
+
+/// Writes the answer to a tool call right after the block of answers that follows the model
+/// message that made it, so a call answered on resume stays next to its siblings.
+fn answer(
+    cx: &LoopContext<'_>,
+    job: &mut JobState,
+    call_id: &str,
+    tool: &str,
+    content: String,
+    is_error: bool,
+) {
+    cx.emit(
+        job,
+        JobEvent::ToolAnswered {
+            movement: job.movement.clone(),
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            content: content.clone(),
+            is_error,
+        },
+    );
+    let message = Message::Tool {
+        call_id: call_id.to_owned(),
+        name: tool.to_owned(),
+        content,
+        is_error,
+    };
+    let made_at = job.conversation.iter().rposition(|message| {
+        matches!(message, Message::Assistant { tool_calls, .. }
+            if tool_calls.iter().any(|call| call.id == call_id))
+    });
+    let at = match made_at {
+        Some(index) => {
+            let answers = job.conversation[index + 1..]
+                .iter()
+                .take_while(|message| matches!(message, Message::Tool { .. }))
+                .count();
+            index + 1 + answers
+        }
+        None => job.conversation.len(),
+    };
+    job.conversation.insert(at, message);
+}
+
+fn transition_targets(movement: &Movement) -> Vec<String> {
+    let mut targets: Vec<String> = Vec::new();
+    for rule in &movement.rules {
+        if !targets.contains(&rule.next.value) {
+            targets.push(rule.next.value.clone());
+        }
+    }
+    targets
+}
+
+fn available_tools(movement: &Movement) -> String {
+    let mut names: Vec<String> = movement
+        .tools
+        .iter()
+        .map(|tool| format!("`{}`", tool.value))
+        .collect();
+    if !movement.rules.is_empty() {
+        names.push(format!("`{TRANSITION_TOOL}`"));
+    }
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The movement's tools as the model sees them, plus the transition tool when there are rules.
+pub(crate) fn tool_definitions(cx: &LoopContext<'_>, movement: &Movement) -> Vec<ToolDefinition> {
+    let mut tools: Vec<ToolDefinition> = movement
+        .tools
+        .iter()
+        .filter_map(|tool| cx.catalog.spec(&tool.value))
+        .map(|spec| ToolDefinition {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            parameters: spec.parameters.clone(),
+        })
+        .collect();
+    if movement.rules.is_empty() {
+        return tools;
+    }
+    let mut description = format!(
+        "Leave movement `{}` for the next step. Set `next` to the option whose condition holds:",
+        movement.name.value
+    );
+    for rule in &movement.rules {
+        description.push_str(&format!(
+            "\n- `{}`: {}",
+            rule.next.value, rule.condition.value
+        ));
+        if rule.next.value == Sentinel::WaitSubtasks.as_str() {
+            description.push_str(" (the job waits for its subtasks, then continues)");
+        }
+    }
+    tools.push(ToolDefinition {
+        name: TRANSITION_TOOL.to_owned(),
+        description,
+        parameters: serde_json::json!({
+            "type": "object",
+            "properties": {
+                "next": { "type": "string", "enum": transition_targets(movement) },
+                "reason": { "type": "string", "description": "Why this option, in one sentence." }
+            },
+            "required": ["next"],
+            "additionalProperties": false
+        }),
+    });
+    tools
+}
+
+fn system_prompt(
+    piece: &Piece,
+    movement: &Movement,
+    job: &JobState,
+    limits: &EngineLimits,
+) -> String {
+    let mut prompt = format!("You are running the piece `{}`.", piece.name.value);
+    if !piece.description.trim().is_empty() {
+        prompt.push_str(&format!(" {}", piece.description.trim()));
+    }
+    prompt.push_str(&format!(
+        "\n\nCurrent movement: `{}` (movement {} of at most {}).\n\n{}",
+        movement.name.value,
+        job.movements_entered,
+        piece.max_movements.value,
+        movement.instructions.trim()
+    ));
+    let ending = match (movement.rules.is_empty(), movement.default_next.as_ref()) {
+        (false, _) => format!(
+            "When this movement's work is done, call `{TRANSITION_TOOL}` with the next step."
+        ),
+        (true, Some(next)) => format!(
+            "When this movement's work is done, reply with text only; the piece then continues \
+             with `{}`.",
+            next.value
+        ),
+        (true, None) => {
+            "This movement ends only through a tool call (for example `complete`).".to_owned()
+        }
+    };
+    prompt.push_str(&format!(
+        "\n\n{ending} You have at most {} model turns in this movement.",
+        limits.max_iterations
+    ));
+    prompt
+}

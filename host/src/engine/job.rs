@@ -1,0 +1,277 @@
+//! The state of one job, as the engine reads and writes it between runs.
+//!
+//! Invariant: a `JobState` is everything needed to continue a job in another process: it holds
+//! no handle, no plugin and no model, only data (serde), so a parked job is a row in a store.
+//! `wait` is `Some` exactly when the status is `waiting_human` or `waiting_subtasks`, and then
+//! `movement` is the movement the job resumes at.
+
+use serde::{Deserialize, Serialize};
+
+use crate::llm::Message;
+use crate::plugin::{CallRequest, Resume};
+
+/// Where a job is in its life. `completed`, `aborted`, `cancelled` and `error` are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Ready to run (new, or a wait was answered).
+    Pending,
+    Running,
+    WaitingHuman,
+    WaitingSubtasks,
+    Completed,
+    Aborted,
+    Cancelled,
+    Error,
+}
+
+impl JobStatus {
+    pub const ALL: [JobStatus; 8] = [
+        JobStatus::Pending,
+        JobStatus::Running,
+        JobStatus::WaitingHuman,
+        JobStatus::WaitingSubtasks,
+        JobStatus::Completed,
+        JobStatus::Aborted,
+        JobStatus::Cancelled,
+        JobStatus::Error,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Pending => "pending",
+            JobStatus::Running => "running",
+            JobStatus::WaitingHuman => "waiting_human",
+            JobStatus::WaitingSubtasks => "waiting_subtasks",
+            JobStatus::Completed => "completed",
+            JobStatus::Aborted => "aborted",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::Error => "error",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<JobStatus> {
+        JobStatus::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Completed | JobStatus::Aborted | JobStatus::Cancelled | JobStatus::Error
+        )
+    }
+
+    pub fn is_waiting(self) -> bool {
+        matches!(self, JobStatus::WaitingHuman | JobStatus::WaitingSubtasks)
+    }
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a `waiting_human` job waits (DESIGN §5, "wait reason").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    Input,
+    BrowserLogin,
+    ToolRequest,
+}
+
+impl WaitReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitReason::Input => "input",
+            WaitReason::BrowserLogin => "browser_login",
+            WaitReason::ToolRequest => "tool_request",
+        }
+    }
+}
+
+/// What a parked job waits for, as shown to whoever must answer it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WaitRequest {
+    /// A question for the user (`ASK`).
+    Question { question: String },
+    /// A login in a browser; the answer is the session (cookie) to use.
+    BrowserLogin { url: String, reason: String },
+    /// A human must approve or deny running `tool` with exactly these arguments.
+    ToolApproval {
+        tool: String,
+        reason: String,
+        arguments: String,
+    },
+    /// Child jobs that must all end first.
+    Subtasks { job_ids: Vec<String> },
+}
+
+impl WaitRequest {
+    /// Checks that `resume` answers this kind of wait; a mismatch names both.
+    pub fn accepts(&self, resume: &Resume) -> Result<(), String> {
+        let fits = matches!(
+            (self, resume),
+            (_, Resume::Expired)
+                | (WaitRequest::Question { .. }, Resume::Answered(_))
+                | (WaitRequest::BrowserLogin { .. }, Resume::LoggedIn(_))
+                | (
+                    WaitRequest::ToolApproval { .. },
+                    Resume::Approved | Resume::Denied(_)
+                )
+                | (WaitRequest::Subtasks { .. }, Resume::SubtasksDone(_))
+        );
+        if fits {
+            Ok(())
+        } else {
+            Err(format!(
+                "the job waits for {}, which `{}` does not answer",
+                self.describe(),
+                resume_name(resume)
+            ))
+        }
+    }
+
+    /// A short human description: "an answer to a question", …
+    pub fn describe(&self) -> &'static str {
+        match self {
+            WaitRequest::Question { .. } => "an answer to a question",
+            WaitRequest::BrowserLogin { .. } => "a browser login",
+            WaitRequest::ToolApproval { .. } => "a tool approval",
+            WaitRequest::Subtasks { .. } => "its subtasks",
+        }
+    }
+}
+
+/// The name of a resume kind as the WIT spells it.
+pub fn resume_name(resume: &Resume) -> &'static str {
+    match resume {
+        Resume::Answered(_) => "answered",
+        Resume::Approved => "approved",
+        Resume::Denied(_) => "denied",
+        Resume::LoggedIn(_) => "logged-in",
+        Resume::SubtasksDone(_) => "subtasks-done",
+        Resume::Expired => "expired",
+    }
+}
+
+/// How a parked job continues once its wait is answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ResumePoint {
+    /// A tool parked: re-invoke this call with `resume` set, on the plugin version that made it.
+    ParkedCall { call: CallRequest, plugin: PinnedPlugin },
+    /// The operator's policy wants a human to approve this call before it runs: run it once
+    /// approved, tell the model it was denied otherwise.
+    ApprovalGate { call: CallRequest, plugin: PinnedPlugin },
+    /// A rule chose `WAIT_SUBTASKS`: enter the resume movement with the children's results.
+    EnterMovement,
+}
+
+/// The exact plugin version a parked call belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedPlugin {
+    pub name: String,
+    pub content_hash: String,
+}
+
+/// A pending wait of a parked job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Wait {
+    /// `None` for `waiting_subtasks`.
+    pub reason: Option<WaitReason>,
+    pub request: WaitRequest,
+    pub resume: ResumePoint,
+}
+
+/// One run of a piece.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobState {
+    pub id: String,
+    pub piece: String,
+    pub input: String,
+    pub parent: Option<String>,
+    pub status: JobStatus,
+    /// The movement being run, or the one the job resumes at while it waits.
+    pub movement: String,
+    /// Movements entered so far (the `max_movements` guard counts these).
+    pub movements_entered: u32,
+    /// Whether `movement` has been entered; false while the job stands before it.
+    pub entered: bool,
+    /// Model turns in the current movement (the `max_iterations` guard).
+    pub turns: u32,
+    /// Consecutive text-only replies in the current movement (the text-only guard).
+    pub text_only_streak: u32,
+    /// Questions asked so far (`ASK` parks past the limit abort the job).
+    pub asks: u32,
+    pub conversation: Vec<Message>,
+    pub wait: Option<Wait>,
+    /// Child jobs spawned by this job, oldest first.
+    pub children: Vec<String>,
+    /// The final output (completed) or reason (aborted, cancelled, error).
+    pub result: Option<String>,
+}
+
+impl JobState {
+    /// A new job of `piece`, about to enter `initial_movement` with the user's input.
+    pub fn new(id: String, piece: &str, initial_movement: &str, input: String) -> Self {
+        Self {
+            id,
+            piece: piece.to_owned(),
+            conversation: vec![Message::User {
+                text: input.clone(),
+            }],
+            input,
+            parent: None,
+            status: JobStatus::Pending,
+            movement: initial_movement.to_owned(),
+            movements_entered: 0,
+            entered: false,
+            turns: 0,
+            text_only_streak: 0,
+            asks: 0,
+            wait: None,
+            children: Vec::new(),
+            result: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_wait_accepts_expiry_and_only_its_own_answer() {
+        let question = WaitRequest::Question {
+            question: "?".into(),
+        };
+        assert!(question.accepts(&Resume::Answered("a".into())).is_ok());
+        assert!(question.accepts(&Resume::Expired).is_ok());
+        let error = question.accepts(&Resume::Approved).unwrap_err();
+        assert!(error.contains("an answer to a question") && error.contains("approved"));
+        let approval = WaitRequest::ToolApproval {
+            tool: "t".into(),
+            reason: "r".into(),
+            arguments: "{}".into(),
+        };
+        assert!(approval.accepts(&Resume::Denied("no".into())).is_ok());
+        assert!(approval.accepts(&Resume::LoggedIn("s".into())).is_err());
+        let subtasks = WaitRequest::Subtasks { job_ids: vec![] };
+        assert!(subtasks.accepts(&Resume::SubtasksDone(vec![])).is_ok());
+        assert!(subtasks.accepts(&Resume::Answered("x".into())).is_err());
+    }
+
+    #[test]
+    fn status_names_round_trip() {
+        for status in JobStatus::ALL {
+            assert_eq!(JobStatus::parse(status.as_str()), Some(status));
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::json!(status.as_str())
+            );
+        }
+    }
+}

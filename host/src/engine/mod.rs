@@ -1,0 +1,227 @@
+//! The engine: runs jobs of pieces through the agent loop, tool calls through the plugin
+//! runtime, and turns control-flow outcomes into job statuses (DESIGN §5).
+//!
+//! Invariant: the engine holds no job. A run takes a [`JobState`] (data only), drives it until
+//! it ends or parks, and leaves everything needed to continue it in that state, so whoever keeps
+//! jobs (the CLI, the store, the worker) can park a job for as long as it likes and resume it in
+//! any process with the same pieces and plugins. Only pieces that pass lint against the loaded
+//! tools are ever run.
+
+mod agent_loop;
+mod events;
+mod job;
+mod piece_runner;
+mod tools;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use events::{JobEvent, NoObserver, Observer, RecordingObserver};
+pub use job::{
+    JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest, resume_name,
+};
+pub use piece_runner::{
+    Guard, MapContext, MovementResult, PieceRunResult, Step, Target, map_movement_result,
+};
+pub use tools::{CatalogError, TRANSITION_TOOL, ToolCatalog};
+
+use crate::llm::Model;
+use crate::piece::{LintError, Piece};
+use crate::plugin::Resume;
+
+/// The engine's guards against runaway jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineLimits {
+    /// Model turns per movement.
+    pub max_iterations: u32,
+    /// Consecutive text-only replies in a movement that has no `default_next`.
+    pub max_text_only: u32,
+    /// Questions a job may ask; the next `ASK` aborts it.
+    pub max_asks: u32,
+}
+
+impl Default for EngineLimits {
+    fn default() -> Self {
+        Self {
+            max_iterations: 24,
+            max_text_only: 3,
+            max_asks: 8,
+        }
+    }
+}
+
+/// Asks a running job to stop at its next model turn or tool call.
+#[derive(Debug, Clone, Default)]
+pub struct CancelFlag(Arc<AtomicBool>);
+
+impl CancelFlag {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{}", lint_report(.0))]
+    Lint(Vec<LintError>),
+    #[error("two pieces are named `{name}`: {first} and {second}")]
+    DuplicatePiece {
+        name: String,
+        first: String,
+        second: String,
+    },
+    #[error("no piece named `{0}` is loaded")]
+    UnknownPiece(String),
+    #[error("job {job} is {status}: {message}")]
+    NotRunnable {
+        job: String,
+        status: JobStatus,
+        message: String,
+    },
+}
+
+fn lint_report(errors: &[LintError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Runs jobs. Cheap to share behind an `Arc`; runs of different jobs may overlap.
+pub struct Engine {
+    model: Arc<dyn Model>,
+    catalog: Arc<ToolCatalog>,
+    pieces: BTreeMap<String, Arc<Piece>>,
+    limits: EngineLimits,
+}
+
+impl Engine {
+    /// Checks every piece against the catalog's tools; any lint error refuses them all, each
+    /// error with its file, line and column.
+    pub fn new(
+        model: Arc<dyn Model>,
+        catalog: Arc<ToolCatalog>,
+        pieces: impl IntoIterator<Item = Piece>,
+        limits: EngineLimits,
+    ) -> Result<Self, EngineError> {
+        let known_tools = catalog.tool_names();
+        let mut by_name: BTreeMap<String, Arc<Piece>> = BTreeMap::new();
+        let mut lint_errors = Vec::new();
+        for piece in pieces {
+            lint_errors.extend(crate::piece::lint(&piece, &known_tools));
+            if let Some(first) = by_name.get(&piece.name.value) {
+                return Err(EngineError::DuplicatePiece {
+                    name: piece.name.value.clone(),
+                    first: first.origin.display().to_string(),
+                    second: piece.origin.display().to_string(),
+                });
+            }
+            by_name.insert(piece.name.value.clone(), Arc::new(piece));
+        }
+        if !lint_errors.is_empty() {
+            return Err(EngineError::Lint(lint_errors));
+        }
+        Ok(Self {
+            model,
+            catalog,
+            pieces: by_name,
+            limits,
+        })
+    }
+
+    pub fn piece(&self, name: &str) -> Option<&Arc<Piece>> {
+        self.pieces.get(name)
+    }
+
+    pub fn pieces(&self) -> impl Iterator<Item = &Arc<Piece>> {
+        self.pieces.values()
+    }
+
+    pub fn catalog(&self) -> &Arc<ToolCatalog> {
+        &self.catalog
+    }
+
+    pub fn model(&self) -> &Arc<dyn Model> {
+        &self.model
+    }
+
+    /// A new job of `piece`, pending at its initial movement.
+    pub fn new_job(&self, id: String, piece: &str, input: String) -> Result<JobState, EngineError> {
+        let piece = self
+            .piece(piece)
+            .ok_or_else(|| EngineError::UnknownPiece(piece.to_owned()))?;
+        Ok(JobState::new(
+            id,
+            &piece.name.value,
+            &piece.initial_movement.value,
+            input,
+        ))
+    }
+
+    /// Runs `job` until it ends or parks. A pending job runs from where it stands; a parked job
+    /// needs `resume`, which must answer what it waits for. The job is updated in place and the
+    /// result says how the run ended.
+    pub async fn run(
+        &self,
+        job: &mut JobState,
+        resume: Option<Resume>,
+        observer: &dyn Observer,
+        cancel: &CancelFlag,
+    ) -> Result<PieceRunResult, EngineError> {
+        let not_runnable = |job: &JobState, message: String| EngineError::NotRunnable {
+            job: job.id.clone(),
+            status: job.status,
+            message,
+        };
+        let piece = self
+            .piece(&job.piece)
+            .ok_or_else(|| EngineError::UnknownPiece(job.piece.clone()))?
+            .clone();
+        let resume = match (job.status, resume) {
+            (JobStatus::Pending | JobStatus::Running, None) => None,
+            (JobStatus::Pending | JobStatus::Running, Some(_)) => {
+                return Err(not_runnable(job, "it waits for nothing".to_owned()));
+            }
+            (status, None) if status.is_waiting() => {
+                return Err(not_runnable(job, "it needs an answer to resume".to_owned()));
+            }
+            (status, Some(answer)) if status.is_waiting() => {
+                let wait = job.wait.as_ref().ok_or_else(|| {
+                    not_runnable(job, "its wait record is missing".to_owned())
+                })?;
+                wait.request
+                    .accepts(&answer)
+                    .map_err(|message| not_runnable(job, message))?;
+                Some((wait.resume.clone(), answer))
+            }
+            _ => return Err(not_runnable(job, "it has ended".to_owned())),
+        };
+        if job.status == JobStatus::Pending && job.movements_entered == 0 {
+            observer.on_event(
+                &job.id,
+                &JobEvent::Started {
+                    piece: job.piece.clone(),
+                    input: job.input.clone(),
+                    parent: job.parent.clone(),
+                },
+            );
+        }
+        job.status = JobStatus::Running;
+        job.wait = None;
+        let cx = agent_loop::LoopContext {
+            model: self.model.as_ref(),
+            catalog: &self.catalog,
+            limits: &self.limits,
+            piece: &piece,
+            observer,
+            cancel,
+        };
+        Ok(piece_runner::run_piece(&cx, job, resume).await)
+    }
+}

@@ -1,0 +1,2 @@
+//! PLACEHOLDER
+pub struct OpenAiModel;

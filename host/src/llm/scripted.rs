@@ -1,0 +1,261 @@
+//! The scripted model: replays a YAML script of turns, for tests and the offline demo.
+//!
+//! Invariant: the scripted model keeps no position of its own. The turn it plays is the number
+//! of assistant messages already in the conversation, so a job that parked, was stored and
+//! resumed in another process continues the script exactly where it stopped.
+//!
+//! ```yaml
+//! turns:
+//!   - text: Let me read the page.
+//!     tool_calls:
+//!       - name: BrowseWeb
+//!         arguments: { url: "http://127.0.0.1:8080/" }
+//!   - tool_calls:
+//!       - name: complete
+//!         arguments: { status: done, summary: "The page says hello." }
+//! ```
+//!
+//! `arguments` is any YAML mapping (sent as its JSON text); `raw_arguments` sends a string as
+//! is, to show what happens when a model writes broken JSON.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::Deserialize;
+
+use super::{ChatRequest, Message, Model, ModelError, Reply, ToolCall};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Script {
+    turns: Vec<ScriptTurn>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptTurn {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ScriptToolCall>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptToolCall {
+    name: String,
+    #[serde(default)]
+    arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    raw_arguments: Option<String>,
+}
+
+/// Why a script cannot be used, or cannot answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScriptError {
+    #[error("{origin}: cannot read: {message}")]
+    Read { origin: String, message: String },
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{origin}: turns[{turn}]: {message}")]
+    Turn {
+        origin: String,
+        turn: usize,
+        message: String,
+    },
+    #[error(
+        "{origin}: script exhausted: the conversation already has {played} model turns and the \
+         script has {available}"
+    )]
+    Exhausted {
+        origin: String,
+        played: usize,
+        available: usize,
+    },
+}
+
+/// Replays the turns of a script; see the module documentation for the format.
+#[derive(Debug)]
+pub struct ScriptedModel {
+    origin: String,
+    turns: Vec<ScriptTurn>,
+    seen: Mutex<Vec<ChatRequest>>,
+}
+
+impl ScriptedModel {
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ScriptError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|error| ScriptError::Read {
+            origin: path.display().to_string(),
+            message: error.to_string(),
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses a script; `origin` names it in every error.
+    pub fn parse(text: &str, origin: impl Into<PathBuf>) -> Result<Self, ScriptError> {
+        let origin = origin.into().display().to_string();
+        let script: Script =
+            serde_saphyr::from_str(text).map_err(|error| ScriptError::Parse {
+                origin: origin.clone(),
+                message: error.to_string(),
+            })?;
+        for (turn, entry) in script.turns.iter().enumerate() {
+            let turn_error = |message: String| ScriptError::Turn {
+                origin: origin.clone(),
+                turn,
+                message,
+            };
+            if entry.text.is_none() && entry.tool_calls.is_empty() {
+                return Err(turn_error(
+                    "a turn needs `text`, `tool_calls` or both".to_owned(),
+                ));
+            }
+            for (index, call) in entry.tool_calls.iter().enumerate() {
+                if call.arguments.is_some() && call.raw_arguments.is_some() {
+                    return Err(turn_error(format!(
+                        "tool_calls[{index}]: give `arguments` or `raw_arguments`, not both"
+                    )));
+                }
+            }
+        }
+        Ok(Self {
+            origin,
+            turns: script.turns,
+            seen: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Every request this model answered (or refused), oldest first: what tests inspect to see
+    /// what the model was shown.
+    pub fn requests(&self) -> Vec<ChatRequest> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn turn_count(&self) -> usize {
+        self.turns.len()
+    }
+}
+
+#[async_trait::async_trait]
+impl Model for ScriptedModel {
+    fn describe(&self) -> String {
+        format!("scripted:{}", self.origin)
+    }
+
+    async fn reply(&self, request: &ChatRequest) -> Result<Reply, ModelError> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(request.clone());
+        let played = request
+            .messages
+            .iter()
+            .filter(|message| matches!(message, Message::Assistant { .. }))
+            .count();
+        let turn = self.turns.get(played).ok_or_else(|| ScriptError::Exhausted {
+            origin: self.origin.clone(),
+            played,
+            available: self.turns.len(),
+        })?;
+        let tool_calls = turn
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(index, call)| ToolCall {
+                id: format!("call-{played}-{index}"),
+                name: call.name.clone(),
+                arguments: match (&call.raw_arguments, &call.arguments) {
+                    (Some(raw), _) => raw.clone(),
+                    (None, Some(arguments)) => {
+                        serde_json::Value::Object(arguments.clone()).to_string()
+                    }
+                    (None, None) => "{}".to_owned(),
+                },
+            })
+            .collect();
+        Ok(Reply {
+            text: turn.text.clone(),
+            tool_calls,
+            usage: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request_after(assistant_turns: usize) -> ChatRequest {
+        let mut messages = vec![Message::User {
+            text: "hi".into(),
+        }];
+        for _ in 0..assistant_turns {
+            messages.push(Message::Assistant {
+                text: Some("…".into()),
+                tool_calls: vec![],
+            });
+        }
+        ChatRequest {
+            messages,
+            ..ChatRequest::default()
+        }
+    }
+
+    const SCRIPT: &str = r#"
+turns:
+  - text: looking
+    tool_calls:
+      - name: BrowseWeb
+        arguments: { url: "http://127.0.0.1:1/" }
+      - name: complete
+        raw_arguments: "{not json"
+  - text: bye
+"#;
+
+    #[tokio::test]
+    async fn the_turn_played_is_the_number_of_model_turns_so_far() {
+        let model = ScriptedModel::parse(SCRIPT, "script.yaml").unwrap();
+        let first = model.reply(&request_after(0)).await.unwrap();
+        assert_eq!(first.text.as_deref(), Some("looking"));
+        assert_eq!(first.tool_calls.len(), 2);
+        assert_eq!(first.tool_calls[0].id, "call-0-0");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&first.tool_calls[0].arguments).unwrap(),
+            serde_json::json!({"url": "http://127.0.0.1:1/"})
+        );
+        assert_eq!(first.tool_calls[1].arguments, "{not json");
+        // A second model, as after a restart, continues from the conversation alone.
+        let again = ScriptedModel::parse(SCRIPT, "script.yaml").unwrap();
+        let second = again.reply(&request_after(1)).await.unwrap();
+        assert_eq!(second.text.as_deref(), Some("bye"));
+        assert!(second.tool_calls.is_empty());
+        assert_eq!(model.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_exhausted_script_is_an_error_that_says_how_far_it_got() {
+        let model = ScriptedModel::parse(SCRIPT, "script.yaml").unwrap();
+        let error = model.reply(&request_after(2)).await.unwrap_err();
+        assert_eq!(error.code(), "model_script");
+        let text = error.to_string();
+        assert!(text.contains("script.yaml") && text.contains("2 model turns"), "{text}");
+    }
+
+    #[test]
+    fn bad_scripts_are_refused_with_their_location() {
+        let error = ScriptedModel::parse("turns:\n  - {}\n", "s.yaml").unwrap_err();
+        assert!(error.to_string().contains("s.yaml: turns[0]"), "{error}");
+        let error = ScriptedModel::parse("turns:\n  - text: a\n    tools: []\n", "s.yaml")
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("s.yaml") && text.contains("tools"), "{text}");
+        assert!(text.contains("line 3"), "{text}");
+        let error = ScriptedModel::parse(
+            "turns:\n  - tool_calls:\n      - name: x\n        arguments: {}\n        raw_arguments: '{}'\n",
+            "s.yaml",
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("tool_calls[0]"), "{error}");
+    }
+}
