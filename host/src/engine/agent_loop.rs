@@ -228,7 +228,10 @@ async fn run_call(
                 ),
                 arguments: call.arguments.clone(),
             },
-            resume: ResumePoint::ApprovalGate { call: request, plugin: pin },
+            resume: ResumePoint::ApprovalGate {
+                call: request,
+                plugin: pin,
+            },
         };
         let resume_movement = job.movement.clone();
         return Flow::Finish(MovementResult::park(
@@ -259,11 +262,25 @@ async fn invoke(
             Flow::Continue
         }
         Ok(Outcome::Terminal(Terminal::Complete(output))) => {
-            answer(cx, job, &call_id, &tool, "The job is complete.".into(), false);
+            answer(
+                cx,
+                job,
+                &call_id,
+                &tool,
+                "The job is complete.".into(),
+                false,
+            );
             Flow::Finish(MovementResult::complete(output))
         }
         Ok(Outcome::Terminal(Terminal::Abort(reason))) => {
-            answer(cx, job, &call_id, &tool, "The job is aborted.".into(), false);
+            answer(
+                cx,
+                job,
+                &call_id,
+                &tool,
+                "The job is aborted.".into(),
+                false,
+            );
             Flow::Finish(MovementResult::abort(reason))
         }
         Ok(Outcome::Park(park)) => {
@@ -290,9 +307,11 @@ async fn invoke(
                         arguments: tool_request.arguments,
                     },
                 ),
-                Park::Subtasks(job_ids) => {
-                    (Sentinel::WaitSubtasks, None, WaitRequest::Subtasks { job_ids })
-                }
+                Park::Subtasks(job_ids) => (
+                    Sentinel::WaitSubtasks,
+                    None,
+                    WaitRequest::Subtasks { job_ids },
+                ),
             };
             let wait = Wait {
                 reason,

@@ -81,7 +81,10 @@ pub struct RecordingObserver {
 
 impl RecordingObserver {
     pub fn events(&self) -> Vec<(String, JobEvent)> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The events of one job, oldest first.

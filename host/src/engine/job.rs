@@ -162,10 +162,16 @@ pub fn resume_name(resume: &Resume) -> &'static str {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ResumePoint {
     /// A tool parked: re-invoke this call with `resume` set, on the plugin version that made it.
-    ParkedCall { call: CallRequest, plugin: PinnedPlugin },
+    ParkedCall {
+        call: CallRequest,
+        plugin: PinnedPlugin,
+    },
     /// The operator's policy wants a human to approve this call before it runs: run it once
     /// approved, tell the model it was denied otherwise.
-    ApprovalGate { call: CallRequest, plugin: PinnedPlugin },
+    ApprovalGate {
+        call: CallRequest,
+        plugin: PinnedPlugin,
+    },
     /// A rule chose `WAIT_SUBTASKS`: enter the resume movement with the children's results.
     EnterMovement,
 }

@@ -192,9 +192,10 @@ impl Engine {
                 return Err(not_runnable(job, "it needs an answer to resume".to_owned()));
             }
             (status, Some(answer)) if status.is_waiting() => {
-                let wait = job.wait.as_ref().ok_or_else(|| {
-                    not_runnable(job, "its wait record is missing".to_owned())
-                })?;
+                let wait = job
+                    .wait
+                    .as_ref()
+                    .ok_or_else(|| not_runnable(job, "its wait record is missing".to_owned()))?;
                 wait.request
                     .accepts(&answer)
                     .map_err(|message| not_runnable(job, message))?;

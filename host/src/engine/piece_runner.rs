@@ -227,7 +227,9 @@ pub fn map_movement_result(result: MovementResult, context: MapContext) -> Step 
                     resume_movement,
                     wait,
                 }),
-                Sentinel::Ask | Sentinel::WaitingHumanBrowser | Sentinel::WaitingHumanToolRequest => {
+                Sentinel::Ask
+                | Sentinel::WaitingHumanBrowser
+                | Sentinel::WaitingHumanToolRequest => {
                     let expected = match park {
                         Sentinel::Ask => WaitReason::Input,
                         Sentinel::WaitingHumanBrowser => WaitReason::BrowserLogin,
@@ -280,7 +282,14 @@ pub(crate) async fn run_piece(
             }
             Ok(DefaultNext::Abort) => {
                 let reason = format!("the piece ends in ABORT after its subtasks. {summary}");
-                return finish(cx, job, PieceRunResult::Aborted { reason, guard: None });
+                return finish(
+                    cx,
+                    job,
+                    PieceRunResult::Aborted {
+                        reason,
+                        guard: None,
+                    },
+                );
             }
             Err(sentinel) => {
                 let message = format!("cannot resume at the sentinel {sentinel}");
@@ -405,7 +414,10 @@ fn subtasks_summary(results: &[SubtaskResult], expired: bool) -> String {
             SubtaskStatus::Cancelled => "cancelled",
             SubtaskStatus::Failed => "failed",
         };
-        text.push_str(&format!("\n- {} {status}: {}", result.job_id, result.output));
+        text.push_str(&format!(
+            "\n- {} {status}: {}",
+            result.job_id, result.output
+        ));
     }
     text
 }

@@ -110,7 +110,8 @@ fn ask_past_the_ask_limit_aborts() {
         asks_so_far: 3,
         max_asks: 3,
     };
-    let Step::Done(PieceRunResult::Aborted { guard, reason }) = map_movement_result(result, context)
+    let Step::Done(PieceRunResult::Aborted { guard, reason }) =
+        map_movement_result(result, context)
     else {
         panic!("the fourth question must abort");
     };
@@ -215,19 +216,20 @@ fn nothing_settled_is_an_error() {
 fn a_park_without_a_resume_movement_is_an_error_not_an_end() {
     let mut result = MovementResult::park(Sentinel::Ask, "chat", question());
     result.resume_movement = None;
-    let Step::Done(PieceRunResult::Error { message }) = map_movement_result(result, CONTEXT)
-    else {
+    let Step::Done(PieceRunResult::Error { message }) = map_movement_result(result, CONTEXT) else {
         panic!("a park without a resume movement must be an error");
     };
-    assert!(message.contains("ASK") && message.contains("resume"), "{message}");
+    assert!(
+        message.contains("ASK") && message.contains("resume"),
+        "{message}"
+    );
 }
 
 #[test]
 fn a_park_with_the_wrong_wait_reason_is_an_error() {
     let mut result = MovementResult::park(Sentinel::WaitingHumanBrowser, "gather", question());
     result.wait_reason = Some(WaitReason::Input);
-    let Step::Done(PieceRunResult::Error { message }) = map_movement_result(result, CONTEXT)
-    else {
+    let Step::Done(PieceRunResult::Error { message }) = map_movement_result(result, CONTEXT) else {
         panic!("a browser park with reason input must be an error");
     };
     assert!(message.contains("browser_login"), "{message}");

@@ -22,7 +22,9 @@ pub enum CatalogError {
         first: String,
         second: String,
     },
-    #[error("plugin `{plugin}` offers a tool named `{TRANSITION_TOOL}`, a name the engine keeps for moving between movements")]
+    #[error(
+        "plugin `{plugin}` offers a tool named `{TRANSITION_TOOL}`, a name the engine keeps for moving between movements"
+    )]
     Reserved { plugin: String },
 }
 

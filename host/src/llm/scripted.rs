@@ -95,11 +95,10 @@ impl ScriptedModel {
     /// Parses a script; `origin` names it in every error.
     pub fn parse(text: &str, origin: impl Into<PathBuf>) -> Result<Self, ScriptError> {
         let origin = origin.into().display().to_string();
-        let script: Script =
-            serde_saphyr::from_str(text).map_err(|error| ScriptError::Parse {
-                origin: origin.clone(),
-                message: error.to_string(),
-            })?;
+        let script: Script = serde_saphyr::from_str(text).map_err(|error| ScriptError::Parse {
+            origin: origin.clone(),
+            message: error.to_string(),
+        })?;
         for (turn, entry) in script.turns.iter().enumerate() {
             let turn_error = |message: String| ScriptError::Turn {
                 origin: origin.clone(),
@@ -153,11 +152,14 @@ impl Model for ScriptedModel {
             .iter()
             .filter(|message| matches!(message, Message::Assistant { .. }))
             .count();
-        let turn = self.turns.get(played).ok_or_else(|| ScriptError::Exhausted {
-            origin: self.origin.clone(),
-            played,
-            available: self.turns.len(),
-        })?;
+        let turn = self
+            .turns
+            .get(played)
+            .ok_or_else(|| ScriptError::Exhausted {
+                origin: self.origin.clone(),
+                played,
+                available: self.turns.len(),
+            })?;
         let tool_calls = turn
             .tool_calls
             .iter()
@@ -187,9 +189,7 @@ mod tests {
     use super::*;
 
     fn request_after(assistant_turns: usize) -> ChatRequest {
-        let mut messages = vec![Message::User {
-            text: "hi".into(),
-        }];
+        let mut messages = vec![Message::User { text: "hi".into() }];
         for _ in 0..assistant_turns {
             messages.push(Message::Assistant {
                 text: Some("…".into()),
@@ -239,15 +239,18 @@ turns:
         let error = model.reply(&request_after(2)).await.unwrap_err();
         assert_eq!(error.code(), "model_script");
         let text = error.to_string();
-        assert!(text.contains("script.yaml") && text.contains("2 model turns"), "{text}");
+        assert!(
+            text.contains("script.yaml") && text.contains("2 model turns"),
+            "{text}"
+        );
     }
 
     #[test]
     fn bad_scripts_are_refused_with_their_location() {
         let error = ScriptedModel::parse("turns:\n  - {}\n", "s.yaml").unwrap_err();
         assert!(error.to_string().contains("s.yaml: turns[0]"), "{error}");
-        let error = ScriptedModel::parse("turns:\n  - text: a\n    tools: []\n", "s.yaml")
-            .unwrap_err();
+        let error =
+            ScriptedModel::parse("turns:\n  - text: a\n    tools: []\n", "s.yaml").unwrap_err();
         let text = error.to_string();
         assert!(text.contains("s.yaml") && text.contains("tools"), "{text}");
         assert!(text.contains("line 3"), "{text}");
