@@ -9,3 +9,4 @@ pub mod llm;
 pub mod phase;
 pub mod piece;
 pub mod plugin;
+pub mod store;

@@ -266,6 +266,13 @@ pub(crate) async fn run_piece(
     if let Some((ResumePoint::EnterMovement, answer)) = &resume {
         // A rule parked the job on WAIT_SUBTASKS: the children's results become part of the
         // conversation, and the piece continues at default_next (kept as the job's movement).
+        cx.emit(
+            job,
+            JobEvent::Resumed {
+                movement: job.movement.clone(),
+                resume: answer.clone(),
+            },
+        );
         let results = match answer {
             Resume::SubtasksDone(results) => results.clone(),
             _ => Vec::new(),

@@ -1,0 +1,112 @@
+//! The durable job store: one row per job and an append-only event log per job.
+//!
+//! Invariant: the store is the only truth about a job between runs. The `status` column says
+//! who may act next (`pending`: any runner; `running`: the runner holding the lease;
+//! `waiting_*`: whoever answers the wait, exactly once); the `state` column is the engine's
+//! [`JobState`], written together with the events of the run in one transaction, so a job is
+//! never seen half-saved. An answer is recorded only while the job waits and nobody has answered
+//! yet: a second answer is refused with [`StoreError::NotWaiting`], never applied twice.
+//! Events get consecutive sequence numbers per job, starting at 1, and are never changed.
+
+mod sqlite;
+
+use serde::Serialize;
+
+pub use sqlite::SqliteStore;
+
+use crate::engine::{JobEvent, JobState, JobStatus};
+use crate::plugin::Resume;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no job `{0}` in the store")]
+    NotFound(String),
+    #[error("job `{job}` is {status}, not waiting for an answer{hint}")]
+    NotWaiting {
+        job: String,
+        status: JobStatus,
+        hint: &'static str,
+    },
+    #[error("job `{job}`: {message}")]
+    WrongAnswer { job: String, message: String },
+    #[error("job `{job}` is {status}: it cannot be {action}")]
+    Conflict {
+        job: String,
+        status: JobStatus,
+        action: &'static str,
+    },
+    #[error("store {path}: {message}")]
+    Database { path: String, message: String },
+    #[error("store {path}: job `{job}` has an unreadable record: {message}")]
+    Corrupt {
+        path: String,
+        job: String,
+        message: String,
+    },
+}
+
+/// One row of `maestro jobs list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobSummary {
+    pub id: String,
+    pub piece: String,
+    pub status: JobStatus,
+    pub movement: String,
+    pub wait_reason: Option<String>,
+    pub parent: Option<String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// An event as stored: its place in the job's log and when it was written.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredEvent {
+    pub seq: u64,
+    pub at_ms: i64,
+    #[serde(flatten)]
+    pub event: JobEvent,
+}
+
+/// A job handed to a runner: its state and, for a resumed job, the answer to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedJob {
+    pub state: JobState,
+    pub resume: Option<Resume>,
+}
+
+/// Where jobs live. The embedded default is [`SqliteStore`]; the trait keeps the engine and
+/// the CLI independent of the database.
+pub trait JobStore: Send + Sync {
+    /// Stores a new job (status `pending`).
+    fn create(&self, job: &JobState) -> Result<(), StoreError>;
+
+    /// The stored state of a job and its scheduling status.
+    fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError>;
+
+    /// Records the answer to a waiting job and makes it runnable. Refused when the job does not
+    /// wait (ended, already answered, running) or when the answer does not fit the wait.
+    fn answer(&self, id: &str, resume: &Resume) -> Result<(), StoreError>;
+
+    /// Takes a runnable job for `owner` until `lease_ms` from now. Returns `None` when the job
+    /// is not runnable (someone else holds it, it waits, it ended).
+    fn claim(&self, id: &str, owner: &str, lease_ms: i64)
+    -> Result<Option<ClaimedJob>, StoreError>;
+
+    /// Writes the job after (part of) a run, with the events the run produced, atomically, and
+    /// releases the lease unless the job is still running.
+    fn save(&self, job: &JobState, events: &[JobEvent]) -> Result<(), StoreError>;
+
+    /// Cancels a job that is not running; a running job is cancelled by its runner.
+    fn cancel(&self, id: &str, reason: &str) -> Result<(), StoreError>;
+
+    /// Jobs, newest first, optionally only those with `status`.
+    fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError>;
+
+    /// The events of a job with a sequence number greater than `after`, oldest first.
+    fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError>;
+}
+
+/// A fresh job id: time-ordered, so ids sort by creation.
+pub fn new_job_id() -> String {
+    format!("job-{}", uuid::Uuid::now_v7().simple())
+}

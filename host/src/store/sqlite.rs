@@ -1,0 +1,439 @@
+//! The embedded store: SQLite in one file (WAL), schema migrations by `user_version`.
+//!
+//! Invariant: every multi-row change runs in one `IMMEDIATE` transaction, so two processes on
+//! the same file see each change whole or not at all, and a check-then-write (answer, claim,
+//! cancel) cannot interleave with another.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use super::{ClaimedJob, JobStore, JobSummary, StoreError, StoredEvent};
+use crate::engine::{JobEvent, JobState, JobStatus};
+use crate::plugin::Resume;
+
+/// Schema versions, applied in order; the index + 1 is the `user_version` after each.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE jobs (
+    id              TEXT PRIMARY KEY,
+    piece           TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    movement        TEXT NOT NULL,
+    wait_reason     TEXT,
+    parent          TEXT,
+    parked_plugin   TEXT,
+    pending_resume  TEXT,
+    state           TEXT NOT NULL,
+    lease_owner     TEXT,
+    lease_until_ms  INTEGER,
+    created_at_ms   INTEGER NOT NULL,
+    updated_at_ms   INTEGER NOT NULL
+);
+CREATE INDEX jobs_by_status ON jobs (status, updated_at_ms);
+CREATE INDEX jobs_by_parent ON jobs (parent);
+CREATE TABLE events (
+    job_id  TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    at_ms   INTEGER NOT NULL,
+    event   TEXT NOT NULL,
+    PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+"#];
+
+pub struct SqliteStore {
+    path: PathBuf,
+    connection: Mutex<Connection>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store file and brings its schema up to date.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let fail = |message: String| StoreError::Database {
+            path: path.display().to_string(),
+            message,
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| fail(format!("cannot create {}: {e}", parent.display())))?;
+        }
+        let mut connection = Connection::open(&path).map_err(|e| fail(e.to_string()))?;
+        connection
+            .execute_batch(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                 PRAGMA busy_timeout = 10000;",
+            )
+            .map_err(|e| fail(e.to_string()))?;
+        let version: usize = connection
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(|e| fail(e.to_string()))?;
+        if version > MIGRATIONS.len() {
+            return Err(fail(format!(
+                "schema version {version} is newer than this maestro knows ({}); use a newer \
+                 maestro",
+                MIGRATIONS.len()
+            )));
+        }
+        for (index, migration) in MIGRATIONS.iter().enumerate().skip(version) {
+            let tx = connection
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| fail(e.to_string()))?;
+            tx.execute_batch(migration)
+                .and_then(|()| tx.pragma_update(None, "user_version", index + 1))
+                .and_then(|()| tx.commit())
+                .map_err(|e| fail(format!("migration {}: {e}", index + 1)))?;
+        }
+        Ok(Self {
+            path,
+            connection: Mutex::new(connection),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn db_error(&self, error: impl std::fmt::Display) -> StoreError {
+        StoreError::Database {
+            path: self.path.display().to_string(),
+            message: error.to_string(),
+        }
+    }
+
+    fn corrupt(&self, job: &str, error: impl std::fmt::Display) -> StoreError {
+        StoreError::Corrupt {
+            path: self.path.display().to_string(),
+            job: job.to_owned(),
+            message: error.to_string(),
+        }
+    }
+
+    /// Runs `body` in an IMMEDIATE transaction, committing only if it succeeds.
+    fn write<T>(
+        &self,
+        body: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.db_error(e))?;
+        let value = body(&tx)?;
+        tx.commit().map_err(|e| self.db_error(e))?;
+        Ok(value)
+    }
+
+    /// The row's scheduling status, state and pending answer.
+    fn row(
+        &self,
+        tx: &rusqlite::Connection,
+        id: &str,
+    ) -> Result<(JobStatus, JobState, Option<String>, Option<i64>), StoreError> {
+        let row = tx
+            .query_row(
+                "SELECT status, state, pending_resume, lease_until_ms FROM jobs WHERE id = ?1",
+                [id],
+                |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, Option<String>>(2)?,
+                        row.get::<_, Option<i64>>(3)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(|e| self.db_error(e))?
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        let status = JobStatus::parse(&row.0)
+            .ok_or_else(|| self.corrupt(id, format!("unknown status `{}`", row.0)))?;
+        let state: JobState = serde_json::from_str(&row.1).map_err(|e| self.corrupt(id, e))?;
+        Ok((status, state, row.2, row.3))
+    }
+
+    fn append(
+        &self,
+        tx: &rusqlite::Connection,
+        id: &str,
+        events: &[JobEvent],
+        at: i64,
+    ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let last: i64 = tx
+            .query_row(
+                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1",
+                [id],
+                |row| row.get(0),
+            )
+            .map_err(|e| self.db_error(e))?;
+        let mut insert = tx
+            .prepare_cached(
+                "INSERT INTO events (job_id, seq, at_ms, event) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .map_err(|e| self.db_error(e))?;
+        for (offset, event) in events.iter().enumerate() {
+            let text = serde_json::to_string(event).map_err(|e| self.db_error(e))?;
+            insert
+                .execute(params![id, last + 1 + offset as i64, at, text])
+                .map_err(|e| self.db_error(e))?;
+        }
+        Ok(())
+    }
+
+    fn write_state(
+        &self,
+        tx: &rusqlite::Connection,
+        job: &JobState,
+        at: i64,
+    ) -> Result<usize, StoreError> {
+        let state = serde_json::to_string(job).map_err(|e| self.db_error(e))?;
+        let wait_reason = job
+            .wait
+            .as_ref()
+            .and_then(|wait| wait.reason)
+            .map(|reason| reason.as_str());
+        let parked_plugin = job.wait.as_ref().and_then(|wait| match &wait.resume {
+            crate::engine::ResumePoint::ParkedCall { plugin, .. }
+            | crate::engine::ResumePoint::ApprovalGate { plugin, .. } => {
+                Some(plugin.content_hash.clone())
+            }
+            crate::engine::ResumePoint::EnterMovement => None,
+        });
+        let still_running = job.status == JobStatus::Running;
+        tx.execute(
+            "UPDATE jobs SET status = ?2, movement = ?3, wait_reason = ?4, parked_plugin = ?5, \
+             pending_resume = NULL, state = ?6, updated_at_ms = ?7, \
+             lease_owner = CASE WHEN ?8 THEN lease_owner END, \
+             lease_until_ms = CASE WHEN ?8 THEN lease_until_ms END \
+             WHERE id = ?1",
+            params![
+                job.id,
+                job.status.as_str(),
+                job.movement,
+                wait_reason,
+                parked_plugin,
+                state,
+                at,
+                still_running
+            ],
+        )
+        .map_err(|e| self.db_error(e))
+    }
+}
+
+impl JobStore for SqliteStore {
+    fn create(&self, job: &JobState) -> Result<(), StoreError> {
+        let state = serde_json::to_string(job).map_err(|e| self.db_error(e))?;
+        let at = now_ms();
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO jobs (id, piece, status, movement, parent, state, created_at_ms, \
+                 updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6, ?6)",
+                params![job.id, job.piece, job.movement, job.parent, state, at],
+            )
+            .map_err(|e| self.db_error(e))?;
+            Ok(())
+        })
+    }
+
+    fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError> {
+        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let (status, state, _, _) = self.row(&connection, id)?;
+        Ok((state, status))
+    }
+
+    fn answer(&self, id: &str, resume: &Resume) -> Result<(), StoreError> {
+        let at = now_ms();
+        self.write(|tx| {
+            let (status, state, pending, _) = self.row(tx, id)?;
+            if !status.is_waiting() {
+                return Err(StoreError::NotWaiting {
+                    job: id.to_owned(),
+                    status,
+                    hint: if pending.is_some() {
+                        " (it was already answered)"
+                    } else {
+                        ""
+                    },
+                });
+            }
+            let wait = state
+                .wait
+                .as_ref()
+                .ok_or_else(|| self.corrupt(id, "the job waits but has no wait record"))?;
+            wait.request
+                .accepts(resume)
+                .map_err(|message| StoreError::WrongAnswer {
+                    job: id.to_owned(),
+                    message,
+                })?;
+            let resume = serde_json::to_string(resume).map_err(|e| self.db_error(e))?;
+            tx.execute(
+                "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?3 \
+                 WHERE id = ?1",
+                params![id, resume, at],
+            )
+            .map_err(|e| self.db_error(e))?;
+            Ok(())
+        })
+    }
+
+    fn claim(
+        &self,
+        id: &str,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<Option<ClaimedJob>, StoreError> {
+        let at = now_ms();
+        self.write(|tx| {
+            let (status, state, pending, lease_until) = self.row(tx, id)?;
+            let lease_expired = lease_until.is_none_or(|until| until < at);
+            let runnable =
+                status == JobStatus::Pending || (status == JobStatus::Running && lease_expired);
+            if !runnable {
+                return Ok(None);
+            }
+            let resume = pending
+                .map(|text| serde_json::from_str::<Resume>(&text))
+                .transpose()
+                .map_err(|e| self.corrupt(id, e))?;
+            tx.execute(
+                "UPDATE jobs SET status = 'running', lease_owner = ?2, lease_until_ms = ?3, \
+                 updated_at_ms = ?4 WHERE id = ?1",
+                params![id, owner, at + lease_ms, at],
+            )
+            .map_err(|e| self.db_error(e))?;
+            Ok(Some(ClaimedJob { state, resume }))
+        })
+    }
+
+    fn save(&self, job: &JobState, events: &[JobEvent]) -> Result<(), StoreError> {
+        let at = now_ms();
+        self.write(|tx| {
+            if self.write_state(tx, job, at)? == 0 {
+                return Err(StoreError::NotFound(job.id.clone()));
+            }
+            self.append(tx, &job.id, events, at)
+        })
+    }
+
+    fn cancel(&self, id: &str, reason: &str) -> Result<(), StoreError> {
+        let at = now_ms();
+        self.write(|tx| {
+            let (status, mut state, _, _) = self.row(tx, id)?;
+            if status.is_final() || status == JobStatus::Running {
+                return Err(StoreError::Conflict {
+                    job: id.to_owned(),
+                    status,
+                    action: "cancelled from outside",
+                });
+            }
+            state.status = JobStatus::Cancelled;
+            state.wait = None;
+            state.result = Some(reason.to_owned());
+            self.write_state(tx, &state, at)?;
+            let event = JobEvent::Finished {
+                status: JobStatus::Cancelled,
+                detail: reason.to_owned(),
+            };
+            self.append(tx, id, &[event], at)
+        })
+    }
+
+    fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError> {
+        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let mut query = connection
+            .prepare_cached(
+                "SELECT id, piece, status, movement, wait_reason, parent, created_at_ms, \
+                 updated_at_ms FROM jobs WHERE ?1 IS NULL OR status = ?1 \
+                 ORDER BY created_at_ms DESC, id DESC LIMIT ?2",
+            )
+            .map_err(|e| self.db_error(e))?;
+        let rows = query
+            .query_map(
+                params![status.map(JobStatus::as_str), limit as i64],
+                |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, String>(3)?,
+                        row.get::<_, Option<String>>(4)?,
+                        row.get::<_, Option<String>>(5)?,
+                        row.get::<_, i64>(6)?,
+                        row.get::<_, i64>(7)?,
+                    ))
+                },
+            )
+            .map_err(|e| self.db_error(e))?;
+        let mut jobs = Vec::new();
+        for row in rows {
+            let (id, piece, status, movement, wait_reason, parent, created, updated) =
+                row.map_err(|e| self.db_error(e))?;
+            let status = JobStatus::parse(&status)
+                .ok_or_else(|| self.corrupt(&id, format!("unknown status `{status}`")))?;
+            jobs.push(JobSummary {
+                id,
+                piece,
+                status,
+                movement,
+                wait_reason,
+                parent,
+                created_at_ms: created,
+                updated_at_ms: updated,
+            });
+        }
+        Ok(jobs)
+    }
+
+    fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
+        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let mut query = connection
+            .prepare_cached(
+                "SELECT seq, at_ms, event FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq",
+            )
+            .map_err(|e| self.db_error(e))?;
+        let rows = query
+            .query_map(params![id, after as i64], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(|e| self.db_error(e))?;
+        let mut events = Vec::new();
+        for row in rows {
+            let (seq, at_ms, text) = row.map_err(|e| self.db_error(e))?;
+            let event = serde_json::from_str(&text)
+                .map_err(|e| self.corrupt(id, format!("event {seq}: {e}")))?;
+            events.push(StoredEvent {
+                seq: seq as u64,
+                at_ms,
+                event,
+            });
+        }
+        Ok(events)
+    }
+}
+
+#[cfg(test)]
+#[path = "sqlite_tests.rs"]
+mod tests;

@@ -1,0 +1,176 @@
+use super::*;
+use crate::engine::{
+    JobEvent, JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest,
+};
+use crate::plugin::{CallRequest, Resume};
+use crate::store::StoreError;
+
+fn store() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("nested/jobs.db")).unwrap();
+    (dir, store)
+}
+
+fn job(id: &str) -> JobState {
+    JobState::new(id.into(), "chat", "chat", "hello".into())
+}
+
+/// `job` parked on an ASK, as the engine leaves it.
+fn parked(mut job: JobState) -> JobState {
+    job.status = JobStatus::WaitingHuman;
+    job.wait = Some(Wait {
+        reason: Some(WaitReason::Input),
+        request: WaitRequest::Question {
+            question: "Which city?".into(),
+        },
+        resume: ResumePoint::ParkedCall {
+            call: CallRequest::new("complete", serde_json::json!({})),
+            plugin: PinnedPlugin {
+                name: "complete".into(),
+                content_hash: "hash-1".into(),
+            },
+        },
+    });
+    job
+}
+
+fn finished(status: JobStatus) -> JobEvent {
+    JobEvent::Finished {
+        status,
+        detail: "x".into(),
+    }
+}
+
+#[test]
+fn a_created_job_is_pending_and_claimed_once() {
+    let (_dir, store) = store();
+    store.create(&job("j1")).unwrap();
+    let (state, status) = store.load("j1").unwrap();
+    assert_eq!((state.id.as_str(), status), ("j1", JobStatus::Pending));
+    let claimed = store.claim("j1", "runner-a", 60_000).unwrap().unwrap();
+    assert_eq!(claimed.resume, None);
+    assert!(
+        store.claim("j1", "runner-b", 60_000).unwrap().is_none(),
+        "the lease holds"
+    );
+    assert!(matches!(store.load("nope"), Err(StoreError::NotFound(_))));
+}
+
+#[test]
+fn an_expired_lease_lets_another_runner_take_the_job() {
+    let (_dir, store) = store();
+    store.create(&job("j1")).unwrap();
+    store.claim("j1", "dead-runner", -1).unwrap().unwrap();
+    assert!(store.claim("j1", "runner-b", 60_000).unwrap().is_some());
+}
+
+#[test]
+fn a_wait_is_answered_exactly_once() {
+    let (_dir, store) = store();
+    store.create(&job("j1")).unwrap();
+    store.claim("j1", "r", 60_000).unwrap();
+    store.save(&parked(job("j1")), &[]).unwrap();
+    assert_eq!(
+        store.list(Some(JobStatus::WaitingHuman), 10).unwrap()[0]
+            .wait_reason
+            .as_deref(),
+        Some("input")
+    );
+
+    let wrong = store.answer("j1", &Resume::Approved).unwrap_err();
+    assert!(matches!(wrong, StoreError::WrongAnswer { .. }), "{wrong}");
+    store
+        .answer("j1", &Resume::Answered("Paris".into()))
+        .unwrap();
+    let second = store
+        .answer("j1", &Resume::Answered("Rome".into()))
+        .unwrap_err();
+    assert!(second.to_string().contains("already answered"), "{second}");
+
+    let claimed = store.claim("j1", "r", 60_000).unwrap().unwrap();
+    assert_eq!(claimed.resume, Some(Resume::Answered("Paris".into())));
+    assert_eq!(
+        claimed.state.status,
+        JobStatus::WaitingHuman,
+        "the engine sees the wait"
+    );
+}
+
+#[test]
+fn saves_append_numbered_events_and_keep_them() {
+    let (dir, store) = store();
+    store.create(&job("j1")).unwrap();
+    let mut state = job("j1");
+    state.status = JobStatus::Running;
+    store
+        .save(
+            &state,
+            &[JobEvent::MovementEntered {
+                movement: "chat".into(),
+                count: 1,
+            }],
+        )
+        .unwrap();
+    state.status = JobStatus::Completed;
+    store
+        .save(&state, &[finished(JobStatus::Completed)])
+        .unwrap();
+    drop(store);
+    let store = SqliteStore::open(dir.path().join("nested/jobs.db")).unwrap();
+    let events = store.events("j1", 0).unwrap();
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(events[1].event, finished(JobStatus::Completed));
+    assert_eq!(store.events("j1", 1).unwrap().len(), 1);
+    assert_eq!(store.load("j1").unwrap().1, JobStatus::Completed);
+}
+
+#[test]
+fn cancel_ends_a_waiting_job_but_not_a_finished_one() {
+    let (_dir, store) = store();
+    store.create(&job("j1")).unwrap();
+    store.save(&parked(job("j1")), &[]).unwrap();
+    store.cancel("j1", "operator said stop").unwrap();
+    let (state, status) = store.load("j1").unwrap();
+    assert_eq!((status, state.wait), (JobStatus::Cancelled, None));
+    assert_eq!(state.result.as_deref(), Some("operator said stop"));
+    let again = store.cancel("j1", "again").unwrap_err();
+    assert!(again.to_string().contains("cancelled"), "{again}");
+    let answer = store
+        .answer("j1", &Resume::Answered("late".into()))
+        .unwrap_err();
+    assert!(matches!(answer, StoreError::NotWaiting { .. }), "{answer}");
+}
+
+#[test]
+fn list_is_newest_first_and_filters_by_status() {
+    let (_dir, store) = store();
+    for id in ["a", "b", "c"] {
+        store.create(&job(id)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    store.save(&parked(job("b")), &[]).unwrap();
+    let all: Vec<String> = store
+        .list(None, 10)
+        .unwrap()
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(all, ["c", "b", "a"]);
+    let waiting = store.list(Some(JobStatus::WaitingHuman), 10).unwrap();
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0].id, "b");
+}
+
+#[test]
+fn a_store_from_a_newer_maestro_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.db");
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection.pragma_update(None, "user_version", 99).unwrap();
+    drop(connection);
+    let error = SqliteStore::open(&path).unwrap_err().to_string();
+    assert!(
+        error.contains("schema version 99") && error.contains("jobs.db"),
+        "{error}"
+    );
+}
