@@ -187,6 +187,17 @@ fn list_loads_a_folder_and_reports_what_fails() {
     };
     assert_eq!(row("browse_web")["tools"], json!(["BrowseWeb"]));
     assert_eq!(row("wait_subtask")["tools"], json!(["WaitSubTask"]));
+    assert_eq!(rows.len(), 4, "only the first-party plugins: {rows:?}");
+
+    let (output, json) = run(&["plugin", "list", artifacts::TEST_DIR]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let rows = json.as_array().unwrap();
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["plugin"] == name)
+            .unwrap_or_else(|| panic!("{name} listed"))
+    };
+    assert_eq!(row("echo")["tools"], json!(["echo", "log"]));
     assert_eq!(row("not_a_component")["error"]["code"], "core-module");
     assert_eq!(row("wrong_world")["error"]["code"], "wrong-world");
 }

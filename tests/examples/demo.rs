@@ -1,17 +1,20 @@
-//! The offline demo: starts a small web site on 127.0.0.1, then drives the
-//! real `maestro plugin` commands against the first-party tools built from
-//! `plugins/`: deny-by-default, a page read, a login park and its resume, a
-//! tool-request park and its approval, a subtask park and its results, the
-//! end of a job, and a runaway plugin stopped by its CPU limit.
+//! The offline demo: real pieces from `pieces/` run by `maestro run` with the scripted model,
+//! on the first-party tools built from `plugins/`, against a small web site on 127.0.0.1.
+//!
+//! 1. The research piece reads a public page with BrowseWeb (a tool output), hits a login wall
+//!    and parks `waiting_human (browser_login)`; `maestro jobs login` hands over the session and
+//!    the parked call resumes in its movement, reads the page, and the piece completes.
+//! 2. The approval piece parks on RequestTool; `maestro jobs approve` lets it finish.
 //!
 //! Run it with `cargo run --release -p maestro-e2e --example demo`.
 
 use std::path::Path;
+use std::process::ExitCode;
 
 use maestro_e2e::artifacts;
 use maestro_e2e::site::{GOOD_SESSION, Site};
 
-fn main() {
+fn main() -> ExitCode {
     let (site_tx, site_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -27,183 +30,128 @@ fn main() {
         });
     });
     let (base, authority) = site_rx.recv().expect("site starts");
-
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the repository")
+        .to_path_buf();
+    let pieces = repo.join("pieces").display().to_string();
     let work = tempfile::tempdir().expect("temp dir");
-    let policy = work.path().join("policy.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "# Grants for the demo; everything else stays denied.\n\
-             [plugins.browse_web]\nhttp_allow = [\"{authority}\"]\ntimeout_ms = 10000\n\n\
-             [plugins.hostile]\ncpu_ms = 200\n"
-        ),
-    )
-    .expect("write policy");
-    let policy = policy.to_str().expect("utf-8 path");
-    let plugin = |name: &str| {
-        Path::new(artifacts::DIR)
-            .join(format!("{name}.wasm"))
-            .display()
-            .to_string()
+    let write = |name: &str, text: String| {
+        let path = work.path().join(name);
+        std::fs::write(&path, text).expect("write demo file");
+        path.display().to_string()
     };
-    let browse = plugin("browse_web");
+    let policy = write(
+        "policy.toml",
+        format!(
+            "# Only BrowseWeb gets network access, and only to the demo site.\n[plugins.browse_web]\nhttp_allow = [\"{authority}\"]\n"
+        ),
+    );
+    // The script holds the site's URL, whose port is chosen at start: it is written here.
+    let script = write(
+        "research-script.yaml",
+        format!(
+            r#"turns:
+  - text: "Plan: read the public report, then the members-only dashboard."
+  - tool_calls: [{{ name: BrowseWeb, arguments: {{ url: "{base}/public" }} }}]
+  - tool_calls: [{{ name: BrowseWeb, arguments: {{ url: "{base}/private" }} }}]
+  - tool_calls: [{{ name: transition, arguments: {{ next: write, reason: "both sources read" }} }}]
+  - tool_calls:
+      - name: complete
+        arguments: {{ status: done, summary: "Revenue grew 12% this quarter; the dashboard's key figure is 42." }}
+"#
+        ),
+    );
+    let store = work.path().join("jobs.db").display().to_string();
+    let common = [
+        "--plugins",
+        artifacts::DIR,
+        "--pieces",
+        &pieces,
+        "--policy",
+        &policy,
+        "--store",
+        &store,
+    ];
+    let with = |args: &[&str], model: &str| -> Vec<String> {
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend(["--model".to_owned(), format!("scripted:{model}")]);
+        all.extend(common.iter().map(|a| a.to_string()));
+        all
+    };
 
-    step(
-        "The plugin folder, as the host sees it",
-        &["plugin", "list", artifacts::DIR],
+    let mut ok = step(
+        "The research piece: a page read, then a login wall parks the job",
+        &with(
+            &["run", "research", "--input", "How did the quarter go?"],
+            &script,
+        ),
     );
-    step(
-        "BrowseWeb without a policy: deny-by-default refuses the request",
+    let parked = job_ids(&store, "waiting_human");
+    ok &= step(
+        "From any shell: hand over the browser session; the parked BrowseWeb call resumes",
+        &with(&["jobs", "login", &parked[0], GOOD_SESSION], &script),
+    );
+
+    let approval = repo
+        .join("pieces/scripts/approval.yaml")
+        .display()
+        .to_string();
+    ok &= step(
+        "The approval piece: RequestTool parks the job until a human decides",
+        &with(
+            &["run", "approval", "--input", "Rotate the staging API key"],
+            &approval,
+        ),
+    );
+    let parked = job_ids(&store, "waiting_human");
+    ok &= step(
+        "Approve it: the job resumes in its movement and completes",
+        &with(&["jobs", "approve", &parked[0]], &approval),
+    );
+    ok &= step(
+        "Every job, as the store keeps it",
         &[
-            "plugin",
-            "call",
-            &browse,
-            "BrowseWeb",
-            "--args",
-            &format!(r#"{{"url":"{base}/public"}}"#),
+            "jobs".into(),
+            "list".into(),
+            "--store".into(),
+            store.clone(),
         ],
     );
-    step(
-        "BrowseWeb with the site on the allowlist: title and readable text",
-        &[
-            "plugin",
-            "call",
-            &browse,
-            "BrowseWeb",
-            "--args",
-            &format!(r#"{{"url":"{base}/public"}}"#),
-            "--policy",
-            policy,
-        ],
-    );
-    let private = format!(r#"{{"url":"{base}/private"}}"#);
-    step(
-        "A page behind a login wall: the call parks browser-login",
-        &[
-            "plugin",
-            "call",
-            &browse,
-            "BrowseWeb",
-            "--args",
-            &private,
-            "--policy",
-            policy,
-            "--call-id",
-            "demo-login",
-        ],
-    );
-    step(
-        "The human logged in: the same call resumes with the session and reads the page",
-        &[
-            "plugin",
-            "call",
-            &browse,
-            "BrowseWeb",
-            "--args",
-            &private,
-            "--policy",
-            policy,
-            "--call-id",
-            "demo-login",
-            "--resume",
-            &format!(r#"{{"logged-in":"{GOOD_SESSION}"}}"#),
-        ],
-    );
-    let request = r#"{"tool":"DeleteBranch","reason":"the feature is merged","arguments":{"branch":"feature/x"}}"#;
-    step(
-        "RequestTool parks until a human approves the exact arguments",
-        &[
-            "plugin",
-            "call",
-            &plugin("request_tool"),
-            "RequestTool",
-            "--args",
-            request,
-            "--call-id",
-            "demo-approve",
-        ],
-    );
-    step(
-        "Approved",
-        &[
-            "plugin",
-            "call",
-            &plugin("request_tool"),
-            "RequestTool",
-            "--args",
-            request,
-            "--call-id",
-            "demo-approve",
-            "--resume",
-            r#""approved""#,
-        ],
-    );
-    let wait = r#"{"job_ids":["job-1","job-2"]}"#;
-    step(
-        "WaitSubTask parks on child jobs",
-        &[
-            "plugin",
-            "call",
-            &plugin("wait_subtask"),
-            "WaitSubTask",
-            "--args",
-            wait,
-        ],
-    );
-    step(
-        "The children ended: their results, the aborted one reported as such",
-        &[
-            "plugin",
-            "call",
-            &plugin("wait_subtask"),
-            "WaitSubTask",
-            "--args",
-            wait,
-            "--resume",
-            r#"{"subtasks-done":[{"job_id":"job-1","status":"completed","output":"3 sources"},{"job_id":"job-2","status":"aborted","output":"site down"}]}"#,
-        ],
-    );
-    step(
-        "complete ends the job (terminal)",
-        &[
-            "plugin",
-            "call",
-            &plugin("complete"),
-            "complete",
-            "--args",
-            r#"{"status":"done","summary":"report written"}"#,
-        ],
-    );
-    step(
-        "A runaway plugin is stopped by its CPU limit; the host goes on",
-        &[
-            "plugin",
-            "call",
-            &plugin("hostile"),
-            "spin",
-            "--policy",
-            policy,
-        ],
-    );
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("demo: a step failed");
+        ExitCode::FAILURE
+    }
 }
 
-fn step(title: &str, args: &[&str]) {
+/// Ids of the store's jobs with `status`, newest first.
+fn job_ids(store: &str, status: &str) -> Vec<String> {
+    use maestro::engine::JobStatus;
+    use maestro::store::{JobStore, SqliteStore};
+    let store = SqliteStore::open(store).expect("store opens");
+    store
+        .list(JobStatus::parse(status), 10)
+        .expect("jobs list")
+        .into_iter()
+        .map(|job| job.id)
+        .collect()
+}
+
+fn step(title: &str, args: &[String]) -> bool {
     println!("\n== {title}");
     let shown: Vec<String> = args
         .iter()
         .map(|arg| {
-            if arg.contains([' ', '{', '"']) {
+            if arg.contains([' ', '{', '"', '?']) {
                 format!("'{arg}'")
             } else {
-                arg.to_string()
+                arg.clone()
             }
         })
         .collect();
     println!("$ maestro {}", shown.join(" "));
-    let code = maestro::cli::run(std::iter::once("maestro").chain(args.iter().copied()));
-    if code == std::process::ExitCode::from(1) {
-        println!("(exit status 1: the call ended in an error)");
-    } else if code != std::process::ExitCode::SUCCESS {
-        println!("(exit status 2: bad input)");
-    }
+    let code = maestro::cli::run(std::iter::once("maestro".to_owned()).chain(args.iter().cloned()));
+    code == ExitCode::SUCCESS
 }

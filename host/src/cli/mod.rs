@@ -1,12 +1,16 @@
 //! The `maestro` command line.
 //!
-//! Invariant: every command prints machine-readable JSON on stdout when it
-//! succeeds or when a tool call fails, human hints on stderr, and exits
-//! 0 (success), 1 (the call ended in an error) or 2 (bad input: usage,
-//! policy, or a plugin that does not load).
+//! Invariant: `plugin` and `piece` print machine-readable JSON on stdout;
+//! `run` and `jobs` print readable steps (JSON with `--json`); hints go to
+//! stderr. Every command exits 0 (success, including a job that parked),
+//! 1 (the call or the job ended in an error, abort or cancel) or 2 (bad
+//! input: usage, config, policy, a piece or plugin that does not load).
 
+mod jobs;
 mod piece;
 mod plugin;
+mod run;
+mod setup;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -44,6 +48,11 @@ enum Command {
     /// Check pieces (YAML workflows of movements).
     #[command(subcommand)]
     Piece(piece::PieceCommand),
+    /// Run one job of a piece in this process until it ends or parks.
+    Run(run::RunCommand),
+    /// List, show, answer, approve, deny and cancel the jobs of a store.
+    #[command(subcommand)]
+    Jobs(jobs::JobsCommand),
 }
 
 /// Error of a command: the message is printed as `error: …`.
@@ -127,6 +136,8 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Plugin(command) => plugin::execute(command, runtime).await,
         Command::Piece(command) => piece::execute(command, runtime).await,
+        Command::Run(command) => run::execute(command, runtime()?).await,
+        Command::Jobs(command) => jobs::execute(command, runtime).await,
     }
 }
 

@@ -6,6 +6,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::Failure;
+use super::setup::shell_quote;
 use crate::plugin::{CallRequest, Outcome, Plugin, Policy, Resume, Runtime};
 
 #[derive(Debug, Subcommand)]
@@ -216,18 +217,6 @@ async fn call(
             print_json(&report);
             Err(Failure::reported(1))
         }
-    }
-}
-
-fn shell_quote(text: &str) -> String {
-    if !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@".contains(c))
-    {
-        text.to_string()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
     }
 }
 

@@ -37,6 +37,8 @@ impl LoopContext<'_> {
 }
 
 /// Whether a tool call leaves the movement running.
+// Made once per tool call and consumed at once: boxing the result would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Flow {
     Continue,
     Finish(MovementResult),
@@ -50,10 +52,10 @@ pub(crate) async fn run_movement(
     job: &mut JobState,
     resume: Option<(ResumePoint, Resume)>,
 ) -> MovementResult {
-    if let Some((point, answer)) = resume {
-        if let Flow::Finish(result) = settle_resume(cx, movement, job, point, answer).await {
-            return result;
-        }
+    if let Some((point, answer)) = resume
+        && let Flow::Finish(result) = settle_resume(cx, movement, job, point, answer).await
+    {
+        return result;
     }
     let tools = tool_definitions(cx, movement);
     loop {

@@ -157,6 +157,8 @@ impl PieceRunResult {
 }
 
 /// What the runner does after a movement.
+// Made once per movement and consumed at once: boxing the result would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     Continue(String),

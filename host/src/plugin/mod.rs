@@ -24,6 +24,7 @@ pub use error::{CallError, Limit, LoadError};
 pub use http::{HostPattern, HttpPolicy};
 pub use loaded::{LoadReport, Plugin, WarmInstance};
 pub use policy::{DirGrant, MAX_MEMORY_MIB, PluginPolicy, Policy, PolicyError};
+pub(crate) use policy::{key_at, locate};
 pub use runtime::{Runtime, RuntimeConfig, TICK, default_cache_dir};
 pub use types::{
     CallRequest, LoginRequest, Outcome, Park, Resume, SubtaskResult, SubtaskStatus, Terminal,

@@ -375,7 +375,7 @@ impl RawPolicy {
 /// The dotted key whose value sits at `offset` (`plugins.echo.cpu_ms`), when
 /// the offset is on the value side of a `key = value` line: toml's own
 /// messages for wrong values do not name the key.
-fn key_at(text: &str, offset: usize) -> Option<String> {
+pub(crate) fn key_at(text: &str, offset: usize) -> Option<String> {
     let offset = offset.min(text.len());
     let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
     let line = &text[line_start..];
@@ -398,7 +398,7 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
 }
 
 /// `origin:line:column` (1-based) of a byte offset.
-fn locate(text: &str, origin: &str, offset: usize) -> String {
+pub(crate) fn locate(text: &str, origin: &str, offset: usize) -> String {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;

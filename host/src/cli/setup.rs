@@ -1,0 +1,265 @@
+//! What `maestro run` and `maestro jobs` run against: the config file, the flags that override
+//! it, and the engine and store built from them.
+//!
+//! Invariant: a value comes from the flag (or its environment variable) when given, otherwise
+//! from the config file, otherwise from the documented default; relative paths in the config
+//! file are relative to the file. [`Setup::replay_flags`] repeats exactly the resolved choices, so
+//! the command printed at a park answers the job with the same plugins, pieces, model and store.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use serde::Deserialize;
+
+use super::Failure;
+use super::plugin::plugin_name;
+use crate::engine::{Engine, EngineLimits, ToolCatalog};
+use crate::llm::ModelConfig;
+use crate::piece::{Piece, load_dir, load_piece};
+use crate::plugin::{Policy, Runtime};
+use crate::store::SqliteStore;
+
+#[derive(Debug, Clone, Args)]
+pub struct EngineOptions {
+    /// Config file (TOML): `plugins`, `pieces`, `policy`, `store` and a `[model]` table.
+    #[arg(long, value_name = "FILE", env = "MAESTRO_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The model: `openai:<model>`, `anthropic:<model>`, `ollama:<model>` or
+    /// `scripted:<script.yaml>`. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY.
+    #[arg(long, value_name = "SPEC", env = "MAESTRO_MODEL")]
+    pub model: Option<String>,
+    /// The plugin folder (`*.wasm` components).
+    #[arg(long, value_name = "DIR", env = "MAESTRO_PLUGIN_DIR")]
+    pub plugins: Option<PathBuf>,
+    /// The pieces folder [default: `pieces` when it exists].
+    #[arg(long, value_name = "DIR", env = "MAESTRO_PIECES")]
+    pub pieces: Option<PathBuf>,
+    /// Operator policy (TOML); without it every plugin runs deny-by-default.
+    #[arg(long, value_name = "FILE", env = "MAESTRO_POLICY")]
+    pub policy: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreOption,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StoreOption {
+    /// The job store (SQLite file) [default: ~/.local/share/maestro/jobs.db].
+    #[arg(long = "store", value_name = "FILE", env = "MAESTRO_STORE")]
+    pub path: Option<PathBuf>,
+}
+
+/// The top level of the config file. The `[model]` table is read by [`ModelConfig`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    plugins: Option<PathBuf>,
+    pieces: Option<PathBuf>,
+    policy: Option<PathBuf>,
+    store: Option<PathBuf>,
+    #[serde(default)]
+    model: Option<toml::Table>,
+}
+
+/// The resolved choices.
+pub struct Setup {
+    pub config: Option<PathBuf>,
+    pub model: Option<String>,
+    pub plugins: Option<PathBuf>,
+    pub pieces: Option<PathBuf>,
+    pub policy: Option<PathBuf>,
+    pub store: PathBuf,
+    has_model_table: bool,
+}
+
+impl Setup {
+    pub fn resolve(options: &EngineOptions) -> Result<Self, Failure> {
+        let file = match &options.config {
+            Some(path) => read_config(path)?,
+            None => ConfigFile::default(),
+        };
+        let base = options
+            .config
+            .as_deref()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new(""));
+        let from_file = |value: Option<PathBuf>| value.map(|path| base.join(path));
+        let store = options
+            .store
+            .path
+            .clone()
+            .or_else(|| from_file(file.store))
+            .unwrap_or_else(default_store);
+        Ok(Self {
+            config: options.config.clone(),
+            model: options.model.clone(),
+            plugins: options.plugins.clone().or_else(|| from_file(file.plugins)),
+            pieces: options
+                .pieces
+                .clone()
+                .or_else(|| from_file(file.pieces))
+                .or_else(|| {
+                    Path::new("pieces")
+                        .is_dir()
+                        .then(|| PathBuf::from("pieces"))
+                }),
+            policy: options.policy.clone().or_else(|| from_file(file.policy)),
+            store,
+            has_model_table: file.model.is_some(),
+        })
+    }
+
+    pub fn open_store(&self) -> Result<Arc<SqliteStore>, Failure> {
+        SqliteStore::open(&self.store)
+            .map(Arc::new)
+            .map_err(Failure::usage)
+    }
+
+    /// An engine for `piece` (a file, or a name in the pieces folder) over every plugin of the
+    /// plugin folder.
+    pub async fn engine(&self, runtime: &Runtime, piece: &str) -> Result<Engine, Failure> {
+        let piece = self.find_piece(piece)?;
+        let model = self.model_config()?.build().map_err(Failure::usage)?;
+        let catalog = self.catalog(runtime).await?;
+        Engine::new(model, Arc::new(catalog), [piece], EngineLimits::default())
+            .map_err(Failure::usage)
+    }
+
+    fn model_config(&self) -> Result<ModelConfig, Failure> {
+        let config = match (&self.model, &self.config) {
+            (Some(spec), _) => ModelConfig::from_spec(spec).map_err(Failure::usage)?,
+            (None, Some(file)) if self.has_model_table => {
+                return ModelConfig::from_config_file(file).map_err(Failure::usage);
+            }
+            _ => {
+                return Err(Failure::usage(
+                    "no model: give --model (e.g. `scripted:script.yaml`, `openai:gpt-4o-mini`, \
+                     `ollama:llama3.2`), MAESTRO_MODEL, or a [model] table in --config",
+                ));
+            }
+        };
+        Ok(config.with_env(|name| std::env::var(name).ok()))
+    }
+
+    fn find_piece(&self, piece: &str) -> Result<Piece, Failure> {
+        let as_path = Path::new(piece);
+        if as_path.extension().is_some() || as_path.components().count() > 1 {
+            return load_piece(as_path).map_err(Failure::usage);
+        }
+        let Some(dir) = &self.pieces else {
+            return Err(Failure::usage(format!(
+                "piece `{piece}`: no pieces folder (give --pieces, or a piece file)"
+            )));
+        };
+        let (pieces, errors) = load_dir(dir);
+        if let Some(found) = pieces.into_iter().find(|p| p.name.value == piece) {
+            return Ok(found);
+        }
+        let mut message = format!("no piece named `{piece}` in {}", dir.display());
+        for error in errors {
+            message.push_str(&format!("\n  {error}"));
+        }
+        Err(Failure::usage(message))
+    }
+
+    async fn catalog(&self, runtime: &Runtime) -> Result<ToolCatalog, Failure> {
+        let Some(dir) = &self.plugins else {
+            return Err(Failure::usage(
+                "no plugin folder: give --plugins, MAESTRO_PLUGIN_DIR, or `plugins` in --config",
+            ));
+        };
+        let policy = match &self.policy {
+            Some(file) => Policy::from_file(file).map_err(Failure::usage)?,
+            None => Policy::default(),
+        };
+        let entries = std::fs::read_dir(dir).map_err(|err| {
+            Failure::usage(format!(
+                "cannot read plugin folder {}: {err}",
+                dir.display()
+            ))
+        })?;
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
+            .collect();
+        paths.sort();
+        let mut plugins = Vec::new();
+        for path in paths {
+            let name = plugin_name(&path);
+            match runtime.load_file(&path, policy.for_plugin(&name)).await {
+                Ok(plugin) => plugins.push(Arc::new(plugin)),
+                // A broken plugin must not stop the others; a piece that needs its tools is
+                // refused by lint, naming the tool.
+                Err(err) => eprintln!("warning: {}: not loaded: {err}", path.display()),
+            }
+        }
+        ToolCatalog::new(plugins).map_err(Failure::usage)
+    }
+
+    /// The flags that make another `maestro` command use the same choices.
+    pub fn replay_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        let mut push = |flag: &str, value: Option<String>| {
+            if let Some(value) = value {
+                flags.push(format!("{flag} {}", shell_quote(&value)));
+            }
+        };
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        push("--config", path(&self.config));
+        push("--model", self.model.clone());
+        push("--plugins", path(&self.plugins));
+        push("--pieces", path(&self.pieces));
+        push("--policy", path(&self.policy));
+        push("--store", Some(self.store.display().to_string()));
+        flags
+    }
+}
+
+/// `~/.local/share/maestro/jobs.db` (or under `$XDG_DATA_HOME`), `.maestro/jobs.db` without a
+/// home.
+fn default_store() -> PathBuf {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".local/share")));
+    match data {
+        Some(data) => data.join("maestro/jobs.db"),
+        None => PathBuf::from(".maestro/jobs.db"),
+    }
+}
+
+fn read_config(path: &Path) -> Result<ConfigFile, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|err| {
+        Failure::usage(format!(
+            "{}: cannot read config file: {err}",
+            path.display()
+        ))
+    })?;
+    let origin = path.display().to_string();
+    toml::from_str(&text).map_err(|err| {
+        let message = err.message().trim().to_owned();
+        match err.span() {
+            Some(span) => {
+                let location = crate::plugin::locate(&text, &origin, span.start);
+                match crate::plugin::key_at(&text, span.start) {
+                    Some(key) => Failure::usage(format!("{location}: {key}: {message}")),
+                    None => Failure::usage(format!("{location}: {message}")),
+                }
+            }
+            None => Failure::usage(format!("{origin}: {message}")),
+        }
+    })
+}
+
+/// Quotes `text` for a POSIX shell when it needs it.
+pub fn shell_quote(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@,+%".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
