@@ -1,0 +1,307 @@
+//! `maestro run` and `maestro jobs` as separate processes on one store file: a job parks in one
+//! process, survives it, and is answered (once) from another.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use maestro_plugins as artifacts;
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `maestro` with the environment cleared of anything that would change the choices.
+fn maestro(store: &Path, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_maestro"));
+    command.env(
+        "MAESTRO_CACHE_DIR",
+        Path::new(artifacts::DIR).join("../e2e-cache"),
+    );
+    for var in [
+        "MAESTRO_POLICY",
+        "MAESTRO_MODEL",
+        "MAESTRO_CONFIG",
+        "MAESTRO_PIECES",
+        "MAESTRO_PLUGIN_DIR",
+    ] {
+        command.env_remove(var);
+    }
+    command.args(args).arg("--store").arg(store);
+    command.output().unwrap()
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn chat_flags() -> Vec<String> {
+    let repo = repo();
+    vec![
+        "--model".into(),
+        format!(
+            "scripted:{}",
+            repo.join("pieces/scripts/chat.yaml").display()
+        ),
+        "--plugins".into(),
+        artifacts::DIR.into(),
+        "--pieces".into(),
+        repo.join("pieces").display().to_string(),
+    ]
+}
+
+fn with<'a>(args: &[&'a str], flags: &'a [String]) -> Vec<&'a str> {
+    args.iter()
+        .copied()
+        .chain(flags.iter().map(String::as_str))
+        .collect()
+}
+
+fn jobs(store: &Path, status: &str) -> Vec<Value> {
+    let output = maestro(store, &["jobs", "list", "--json", "--status", status]);
+    assert!(output.status.success(), "{}", text(&output));
+    serde_json::from_slice::<Vec<Value>>(&output.stdout).unwrap()
+}
+
+#[test]
+fn an_ask_parks_survives_the_process_and_is_answered_once_from_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("jobs.db");
+    let flags = chat_flags();
+
+    let run = maestro(
+        &store,
+        &with(&["run", "chat", "--input", "What should I pack?"], &flags),
+    );
+    let shown = text(&run);
+    assert!(run.status.success(), "{shown}");
+    assert!(
+        shown.contains("parked: waiting_human (input), resumes at movement chat"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("question: Where are you travelling to?"),
+        "{shown}"
+    );
+    assert!(shown.contains("maestro jobs answer job-"), "{shown}");
+
+    // The run's process is gone; the job is a row of the store.
+    let waiting = jobs(&store, "waiting_human");
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0]["wait_reason"], "input");
+    let id = waiting[0]["id"].as_str().unwrap().to_owned();
+
+    let wrong = maestro(&store, &with(&["jobs", "approve", &id], &flags));
+    assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
+    assert!(
+        text(&wrong).contains("an answer to a question"),
+        "{}",
+        text(&wrong)
+    );
+
+    let answer = maestro(&store, &with(&["jobs", "answer", &id, "Lisbon"], &flags));
+    let shown = text(&answer);
+    assert!(answer.status.success(), "{shown}");
+    assert!(shown.contains("\"answer\":\"Lisbon\""), "{shown}");
+    assert!(shown.contains("completed: Packing list ready"), "{shown}");
+
+    let again = maestro(&store, &with(&["jobs", "answer", &id, "Porto"], &flags));
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(
+        text(&again).contains("is completed, not waiting"),
+        "{}",
+        text(&again)
+    );
+
+    let show = maestro(&store, &["jobs", "show", &id, "--json"]);
+    assert!(show.status.success(), "{}", text(&show));
+    let job: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(job["status"], "completed");
+    let kinds: Vec<&str> = job["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"started"));
+    assert!(
+        kinds.contains(&"parked") && kinds.contains(&"resumed"),
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last(), Some(&"finished"));
+    let seqs: Vec<u64> = job["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+}
+
+#[test]
+fn an_answer_recorded_without_running_waits_for_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("jobs.db");
+    let flags = chat_flags();
+    assert!(
+        maestro(&store, &with(&["run", "chat", "-i", "hi"], &flags))
+            .status
+            .success()
+    );
+    let id = jobs(&store, "waiting_human")[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let recorded = maestro(&store, &["jobs", "answer", &id, "Oslo", "--no-run"]);
+    assert!(recorded.status.success(), "{}", text(&recorded));
+    assert_eq!(jobs(&store, "pending").len(), 1);
+    let resumed = maestro(&store, &with(&["jobs", "resume", &id], &flags));
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert_eq!(jobs(&store, "completed").len(), 1);
+}
+
+#[test]
+fn cancel_ends_a_parked_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("jobs.db");
+    let flags = chat_flags();
+    assert!(
+        maestro(&store, &with(&["run", "chat", "-i", "hi"], &flags))
+            .status
+            .success()
+    );
+    let id = jobs(&store, "waiting_human")[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cancel = maestro(&store, &["jobs", "cancel", &id]);
+    assert!(cancel.status.success(), "{}", text(&cancel));
+    assert_eq!(jobs(&store, "cancelled").len(), 1);
+    let late = maestro(&store, &with(&["jobs", "answer", &id, "too late"], &flags));
+    assert_eq!(late.status.code(), Some(2));
+}
+
+#[test]
+fn setup_mistakes_are_usage_errors_that_say_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("jobs.db");
+    let pieces = repo().join("pieces").display().to_string();
+    let no_model = maestro(
+        &store,
+        &[
+            "run",
+            "chat",
+            "-i",
+            "hi",
+            "--plugins",
+            artifacts::DIR,
+            "--pieces",
+            &pieces,
+        ],
+    );
+    assert_eq!(no_model.status.code(), Some(2));
+    assert!(
+        text(&no_model).contains("no model: give --model"),
+        "{}",
+        text(&no_model)
+    );
+
+    let config = dir.path().join("maestro.toml");
+    std::fs::write(&config, "plugins = \"p\"\nworkers = 4\n").unwrap();
+    let bad = maestro(
+        &store,
+        &[
+            "run",
+            "chat",
+            "-i",
+            "hi",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad).contains("maestro.toml:2:1"), "{}", text(&bad));
+    assert!(text(&bad).contains("workers"), "{}", text(&bad));
+
+    let unknown = maestro(
+        &store,
+        &[
+            "run",
+            "nosuch",
+            "-i",
+            "hi",
+            "--model",
+            "scripted:x.yaml",
+            "--plugins",
+            artifacts::DIR,
+            "--pieces",
+            &pieces,
+        ],
+    );
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        text(&unknown).contains("no piece named `nosuch`"),
+        "{}",
+        text(&unknown)
+    );
+}
+
+#[test]
+fn a_config_file_gives_every_choice_with_paths_relative_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repo();
+    let config = dir.path().join("maestro.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "plugins = {:?}\npieces = {:?}\nstore = \"state/jobs.db\"\n\n[model]\nprovider = \"scripted\"\nname = {:?}\n",
+            artifacts::DIR,
+            repo.join("pieces").display().to_string(),
+            repo.join("pieces/scripts/approval.yaml").display().to_string(),
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_maestro"));
+    command.env(
+        "MAESTRO_CACHE_DIR",
+        Path::new(artifacts::DIR).join("../e2e-cache"),
+    );
+    for var in [
+        "MAESTRO_POLICY",
+        "MAESTRO_MODEL",
+        "MAESTRO_STORE",
+        "MAESTRO_PIECES",
+        "MAESTRO_PLUGIN_DIR",
+    ] {
+        command.env_remove(var);
+    }
+    let output = command
+        .args([
+            "run",
+            "approval",
+            "-i",
+            "Rotate the key",
+            "--config",
+            config.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let shown = text(&output);
+    assert!(output.status.success(), "{shown}");
+    assert!(shown.contains("waiting_human (tool_request)"), "{shown}");
+    assert!(
+        shown.contains(&format!("maestro jobs approve job-")),
+        "{shown}"
+    );
+    assert!(
+        dir.path().join("state/jobs.db").is_file(),
+        "the store sits beside the config"
+    );
+}
