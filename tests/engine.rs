@@ -674,3 +674,40 @@ turns:
         .unwrap_err();
     assert!(error.to_string().contains("completed"), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rule_wait_subtasks_without_children_is_refused_instead_of_parking_forever() {
+    let script = r#"
+turns:
+  - tool_calls: [{ name: transition, arguments: { next: WAIT_SUBTASKS } }]
+  - tool_calls: [{ name: transition, arguments: { next: write } }]
+  - text: "Report."
+"#;
+    let h = harness(RESEARCH, script, "", EngineLimits::default()).await;
+    let mut job = h.job("Research");
+    let result = h.run(&mut job, None).await;
+    assert_eq!(result.status(), JobStatus::Completed);
+    let told = serde_json::to_string(&h.model.requests()[1].messages).unwrap();
+    assert!(told.contains("started no subtasks"), "{told}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_park_gets_the_next_wait_id() {
+    let h = chat(
+        r#"
+turns:
+  - tool_calls:
+      - name: complete
+        arguments: { status: needs_user_input, question: "First?" }
+  - tool_calls:
+      - name: complete
+        arguments: { status: needs_user_input, question: "Second?" }
+"#,
+    )
+    .await;
+    let mut job = h.job("Ask twice");
+    h.run(&mut job, None).await;
+    assert_eq!(job.wait.as_ref().unwrap().id, 1);
+    h.run(&mut job, Some(Resume::Answered("one".into()))).await;
+    assert_eq!(job.wait.as_ref().unwrap().id, 2);
+}

@@ -296,10 +296,7 @@ fn a_config_file_gives_every_choice_with_paths_relative_to_it() {
     let shown = text(&output);
     assert!(output.status.success(), "{shown}");
     assert!(shown.contains("waiting_human (tool_request)"), "{shown}");
-    assert!(
-        shown.contains(&format!("maestro jobs approve job-")),
-        "{shown}"
-    );
+    assert!(shown.contains("maestro jobs approve job-"), "{shown}");
     assert!(
         dir.path().join("state/jobs.db").is_file(),
         "the store sits beside the config"

@@ -83,6 +83,10 @@ pub enum JobsCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct ResumeOptions {
+    /// The park this answer is for (printed with the answer command); refused if the job has
+    /// since moved on to another wait.
+    #[arg(long, value_name = "PARK")]
+    wait: Option<u32>,
     /// Only record the answer; a worker or `maestro jobs resume` continues the job.
     #[arg(long)]
     no_run: bool,
@@ -101,7 +105,6 @@ fn parse_status(text: &str) -> Result<JobStatus, String> {
 
 fn store_only(store: &StoreOption) -> Result<Setup, Failure> {
     Setup::resolve(&EngineOptions {
-        config: None,
         model: None,
         plugins: None,
         pieces: None,
@@ -155,7 +158,9 @@ async fn answer(
 ) -> Result<(), Failure> {
     let setup = Setup::resolve(&options.engine)?;
     let store = setup.open_store()?;
-    store.answer(id, &resume).map_err(Failure::usage)?;
+    store
+        .answer(id, &resume, options.wait)
+        .map_err(Failure::usage)?;
     if options.no_run {
         println!("answer recorded; job {id} is pending");
         return Ok(());
@@ -172,7 +177,7 @@ async fn continue_job(
     let store = setup.open_store()?;
     let (job, _) = store.load(id).map_err(Failure::usage)?;
     let engine = setup
-        .engine(&runtime, &job.piece)
+        .engine_for_job(&runtime, &job)
         .await
         .map_err(|failure| Failure {
             message: failure.message.map(|message| {

@@ -85,13 +85,19 @@ pub async fn drive(
             Failure::usage(format!("job {job_id} is not runnable now (it is {status})"))
         })?;
     let mut job = claimed.state;
-    let printer = Printer::new(output.json);
+    let printer = Printer::new(output.json, store, &owner);
     let cancel = CancelFlag::default();
     let on_interrupt = cancel.clone();
     let interrupt = tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupted: cancelling the job at its next step");
+            eprintln!(
+                "interrupted: cancelling the job at its next step (Ctrl-C again to quit now)"
+            );
             on_interrupt.cancel();
+        }
+        if tokio::signal::ctrl_c().await.is_ok() {
+            // The job stays `running` until its lease expires; then it can be resumed.
+            std::process::exit(130);
         }
     });
     let run = engine
@@ -100,7 +106,7 @@ pub async fn drive(
     interrupt.abort();
     // Saved before anything is reported, also when the run was refused (the claim is released).
     store
-        .save(&job, &printer.take_events())
+        .save(&job, &printer.take_events(), &owner)
         .map_err(Failure::usage)?;
     let result = run.map_err(Failure::usage)?;
     if !output.json {
@@ -114,17 +120,35 @@ pub async fn drive(
     }
 }
 
-/// Prints the steps of a run as they happen and keeps the events for the store.
-struct Printer {
+/// Prints the steps of a run as they happen, keeps the events for the store, and keeps the
+/// run's lease alive while it makes progress.
+struct Printer<'a> {
     json: bool,
     events: Mutex<Vec<JobEvent>>,
+    store: &'a SqliteStore,
+    owner: &'a str,
+    renewed: Mutex<std::time::Instant>,
 }
 
-impl Printer {
-    fn new(json: bool) -> Self {
+impl<'a> Printer<'a> {
+    fn new(json: bool, store: &'a SqliteStore, owner: &'a str) -> Self {
         Self {
             json,
             events: Mutex::new(Vec::new()),
+            store,
+            owner,
+            renewed: Mutex::new(std::time::Instant::now()),
+        }
+    }
+
+    fn keep_lease(&self, job_id: &str) {
+        let mut renewed = self.renewed.lock().unwrap_or_else(|e| e.into_inner());
+        if renewed.elapsed().as_millis() < (LEASE_MS / 4) as u128 {
+            return;
+        }
+        *renewed = std::time::Instant::now();
+        if let Err(err) = self.store.renew(job_id, self.owner, LEASE_MS) {
+            tracing::warn!("cannot renew the lease of job {job_id}: {err}");
         }
     }
 
@@ -133,8 +157,9 @@ impl Printer {
     }
 }
 
-impl Observer for Printer {
+impl Observer for Printer<'_> {
     fn on_event(&self, job_id: &str, event: &JobEvent) {
+        self.keep_lease(job_id);
         self.events
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -181,8 +206,13 @@ impl Observer for Printer {
 /// How the run stopped, and for a park, who must do what.
 fn report(setup: &Setup, job: &JobState, result: &PieceRunResult) {
     let flags = setup.replay_flags().join(" ");
-    let command =
-        |verb: &str, args: &str| format!("    maestro jobs {verb} {}{args} {flags}", job.id);
+    let wait = job.wait.as_ref().map_or(0, |wait| wait.id);
+    let command = |verb: &str, args: &str| {
+        format!(
+            "    maestro jobs {verb} {}{args} --wait {wait} {flags}",
+            job.id
+        )
+    };
     match result {
         PieceRunResult::Completed { output } => println!("\ncompleted: {output}"),
         PieceRunResult::Aborted { reason, guard } => match guard {
@@ -199,11 +229,12 @@ fn report(setup: &Setup, job: &JobState, result: &PieceRunResult) {
                 WaitRequest::Subtasks { job_ids } => job_ids.join(", "),
                 _ => String::new(),
             };
+            let show = setup.store_flags().join(" ");
             println!(
                 "\nparked: waiting_subtasks, resumes at movement {resume_movement} when these \
                  jobs have ended: {ids}\n  the job holds no worker while it waits; see it with:\n\
-                 {}",
-                command("show", "")
+                 \x20   maestro jobs show {} {show}",
+                job.id
             );
         }
         PieceRunResult::WaitingHuman {

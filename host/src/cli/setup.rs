@@ -22,9 +22,6 @@ use crate::store::SqliteStore;
 
 #[derive(Debug, Clone, Args)]
 pub struct EngineOptions {
-    /// Config file (TOML): `plugins`, `pieces`, `policy`, `store` and a `[model]` table.
-    #[arg(long, value_name = "FILE", env = "MAESTRO_CONFIG")]
-    pub config: Option<PathBuf>,
     /// The model: `openai:<model>`, `anthropic:<model>`, `ollama:<model>` or
     /// `scripted:<script.yaml>`. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY.
     #[arg(long, value_name = "SPEC", env = "MAESTRO_MODEL")]
@@ -44,6 +41,9 @@ pub struct EngineOptions {
 
 #[derive(Debug, Clone, Args)]
 pub struct StoreOption {
+    /// Config file (TOML): `plugins`, `pieces`, `policy`, `store` and a `[model]` table.
+    #[arg(long, value_name = "FILE", env = "MAESTRO_CONFIG")]
+    pub config: Option<PathBuf>,
     /// The job store (SQLite file) [default: ~/.local/share/maestro/jobs.db].
     #[arg(long = "store", value_name = "FILE", env = "MAESTRO_STORE")]
     pub path: Option<PathBuf>,
@@ -73,37 +73,49 @@ pub struct Setup {
 }
 
 impl Setup {
+    /// Resolves the choices; every path comes out absolute, so the commands printed for another
+    /// shell work from any directory.
     pub fn resolve(options: &EngineOptions) -> Result<Self, Failure> {
-        let file = match &options.config {
+        let config = options.store.config.as_deref().map(absolute).transpose()?;
+        let file = match &config {
             Some(path) => read_config(path)?,
             None => ConfigFile::default(),
         };
-        let base = options
-            .config
+        let base = config
             .as_deref()
             .and_then(Path::parent)
             .unwrap_or(Path::new(""));
         let from_file = |value: Option<PathBuf>| value.map(|path| base.join(path));
-        let store = options
-            .store
-            .path
-            .clone()
-            .or_else(|| from_file(file.store))
-            .unwrap_or_else(default_store);
+        let pick = |flag: &Option<PathBuf>, from: Option<PathBuf>| {
+            flag.clone()
+                .or_else(|| from_file(from))
+                .as_deref()
+                .map(absolute)
+                .transpose()
+        };
+        let store = match pick(&options.store.path, file.store)? {
+            Some(store) => store,
+            None => default_store(),
+        };
+        let pieces = match pick(&options.pieces, file.pieces)? {
+            Some(dir) => Some(dir),
+            None if Path::new("pieces").is_dir() => Some(absolute(Path::new("pieces"))?),
+            None => None,
+        };
+        let model = match options.model.as_deref().map(|spec| spec.split_once(':')) {
+            // A script path is a path like any other: absolute, so it replays anywhere.
+            Some(Some(("scripted", script))) => Some(format!(
+                "scripted:{}",
+                absolute(Path::new(script))?.display()
+            )),
+            _ => options.model.clone(),
+        };
         Ok(Self {
-            config: options.config.clone(),
-            model: options.model.clone(),
-            plugins: options.plugins.clone().or_else(|| from_file(file.plugins)),
-            pieces: options
-                .pieces
-                .clone()
-                .or_else(|| from_file(file.pieces))
-                .or_else(|| {
-                    Path::new("pieces")
-                        .is_dir()
-                        .then(|| PathBuf::from("pieces"))
-                }),
-            policy: options.policy.clone().or_else(|| from_file(file.policy)),
+            config: config.clone(),
+            model,
+            plugins: pick(&options.plugins, file.plugins)?,
+            pieces,
+            policy: pick(&options.policy, file.policy)?,
             store,
             has_model_table: file.model.is_some(),
         })
@@ -119,6 +131,36 @@ impl Setup {
     /// plugin folder.
     pub async fn engine(&self, runtime: &Runtime, piece: &str) -> Result<Engine, Failure> {
         let piece = self.find_piece(piece)?;
+        self.engine_for(runtime, piece).await
+    }
+
+    /// An engine for a job that already exists: the piece file it started from when that file
+    /// is still there, otherwise the piece of that name in the pieces folder.
+    pub async fn engine_for_job(
+        &self,
+        runtime: &Runtime,
+        job: &crate::engine::JobState,
+    ) -> Result<Engine, Failure> {
+        let origin = Path::new(&job.piece_origin);
+        let piece = if !job.piece_origin.is_empty() && origin.is_file() {
+            let piece = load_piece(origin).map_err(Failure::usage)?;
+            if piece.name.value != job.piece {
+                return Err(Failure::usage(format!(
+                    "{} now holds piece `{}`, but job {} runs piece `{}`",
+                    origin.display(),
+                    piece.name.value,
+                    job.id,
+                    job.piece
+                )));
+            }
+            piece
+        } else {
+            self.find_piece(&job.piece)?
+        };
+        self.engine_for(runtime, piece).await
+    }
+
+    async fn engine_for(&self, runtime: &Runtime, piece: Piece) -> Result<Engine, Failure> {
         let model = self.model_config()?.build().map_err(Failure::usage)?;
         let catalog = self.catalog(runtime).await?;
         Engine::new(model, Arc::new(catalog), [piece], EngineLimits::default())
@@ -197,6 +239,22 @@ impl Setup {
         ToolCatalog::new(plugins).map_err(Failure::usage)
     }
 
+    /// The flags that make another `maestro` command use the same store (and config file).
+    pub fn store_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if let Some(config) = &self.config {
+            flags.push(format!(
+                "--config {}",
+                shell_quote(&config.display().to_string())
+            ));
+        }
+        flags.push(format!(
+            "--store {}",
+            shell_quote(&self.store.display().to_string())
+        ));
+        flags
+    }
+
     /// The flags that make another `maestro` command use the same choices.
     pub fn replay_flags(&self) -> Vec<String> {
         let mut flags = Vec::new();
@@ -214,6 +272,10 @@ impl Setup {
         push("--store", Some(self.store.display().to_string()));
         flags
     }
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, Failure> {
+    std::path::absolute(path).map_err(|err| Failure::usage(format!("{}: {err}", path.display())))
 }
 
 /// `~/.local/share/maestro/jobs.db` (or under `$XDG_DATA_HOME`), `.maestro/jobs.db` without a

@@ -52,10 +52,15 @@ pub(crate) async fn run_movement(
     job: &mut JobState,
     resume: Option<(ResumePoint, Resume)>,
 ) -> MovementResult {
-    if let Some((point, answer)) = resume
-        && let Flow::Finish(result) = settle_resume(cx, movement, job, point, answer).await
-    {
-        return result;
+    if let Some((point, answer)) = resume {
+        if !matches!(answer, Resume::SubtasksDone(_) | Resume::Expired) {
+            // A human answered: the model gets a fresh budget to act on the answer.
+            job.turns = 0;
+            job.text_only_streak = 0;
+        }
+        if let Flow::Finish(result) = settle_resume(cx, movement, job, point, answer).await {
+            return result;
+        }
     }
     let tools = tool_definitions(cx, movement);
     loop {
@@ -106,7 +111,8 @@ pub(crate) async fn run_movement(
             if let Flow::Finish(result) = run_call(cx, movement, job, call).await {
                 for skipped in &reply.tool_calls[index + 1..] {
                     let note = format!(
-                        "Not run: the movement ended at call `{}` ({}).",
+                        "Not run: the job stopped at call `{}` ({}); call this tool again if it \
+                         is still needed.",
                         call.id, call.name
                     );
                     answer(cx, job, &skipped.id, &skipped.name, note, true);
@@ -221,6 +227,7 @@ async fn run_call(
     };
     if plugin.policy().require_approval {
         let wait = Wait {
+            id: 0,
             reason: Some(WaitReason::ToolRequest),
             request: WaitRequest::ToolApproval {
                 tool: call.name.clone(),
@@ -316,6 +323,7 @@ async fn invoke(
                 ),
             };
             let wait = Wait {
+                id: 0,
                 reason,
                 request: wait_request,
                 resume: ResumePoint::ParkedCall {
@@ -357,17 +365,30 @@ async fn settle_resume(
             ));
         }
     };
-    let Some(plugin) = cx.catalog.pinned(&pin.content_hash).cloned() else {
-        return Flow::Finish(MovementResult::unsettled(format!(
-            "call `{}` parked on plugin `{}` version {}, which is no longer loaded",
-            call.call_id, pin.name, pin.content_hash
-        )));
+    // `Err` carries the message of an unsettled movement.
+    let pinned = |call: &CallRequest| {
+        cx.catalog
+            .pinned(&pin.content_hash)
+            .cloned()
+            .ok_or_else(|| {
+                format!(
+                    "call `{}` parked on plugin `{}` version {}, which is no longer loaded",
+                    call.call_id, pin.name, pin.content_hash
+                )
+            })
     };
     if !gate {
-        return invoke(cx, job, &plugin, call.resumed(answer_given), pin).await;
+        return match pinned(&call) {
+            Ok(plugin) => invoke(cx, job, &plugin, call.resumed(answer_given), pin).await,
+            Err(message) => Flow::Finish(MovementResult::unsettled(message)),
+        };
     }
+    // A denied or expired approval never runs the call, so it needs no plugin.
     match answer_given {
-        Resume::Approved => invoke(cx, job, &plugin, call, pin).await,
+        Resume::Approved => match pinned(&call) {
+            Ok(plugin) => invoke(cx, job, &plugin, call, pin).await,
+            Err(message) => Flow::Finish(MovementResult::unsettled(message)),
+        },
         Resume::Denied(reason) => {
             let note = format!("A human denied this call: {reason}");
             answer(cx, job, &call.call_id, &call.tool, note, true);
@@ -415,12 +436,20 @@ fn transition(
                 answer(cx, job, &call.id, &call.name, note.into(), true);
                 return Flow::Continue;
             };
+            if job.children.is_empty() {
+                // Nothing would ever end the wait: refuse instead of parking forever.
+                let note = "This job has started no subtasks, so there is nothing to wait for; \
+                            choose another option.";
+                answer(cx, job, &call.id, &call.name, note.into(), true);
+                return Flow::Continue;
+            }
             let note = format!(
                 "Waiting for the subtasks; the piece continues at `{}` with their results.",
                 resume_at.value
             );
             answer(cx, job, &call.id, &call.name, note, false);
             let wait = Wait {
+                id: 0,
                 reason: None,
                 request: WaitRequest::Subtasks {
                     job_ids: job.children.clone(),

@@ -186,6 +186,10 @@ pub struct PinnedPlugin {
 /// A pending wait of a parked job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Wait {
+    /// Which park of the job this is (1, 2, …; 0 until the runner parks the job): an answer
+    /// given for one wait can be refused once the job waits on another.
+    #[serde(default)]
+    pub id: u32,
     /// `None` for `waiting_subtasks`.
     pub reason: Option<WaitReason>,
     pub request: WaitRequest,
@@ -197,6 +201,10 @@ pub struct Wait {
 pub struct JobState {
     pub id: String,
     pub piece: String,
+    /// The file the piece was read from when the job started, so a resume in another process
+    /// runs the same piece.
+    #[serde(default)]
+    pub piece_origin: String,
     pub input: String,
     pub parent: Option<String>,
     pub status: JobStatus,
@@ -212,6 +220,9 @@ pub struct JobState {
     pub text_only_streak: u32,
     /// Questions asked so far (`ASK` parks past the limit abort the job).
     pub asks: u32,
+    /// Parks so far; the current wait's id.
+    #[serde(default)]
+    pub parks: u32,
     pub conversation: Vec<Message>,
     pub wait: Option<Wait>,
     /// Child jobs spawned by this job, oldest first.
@@ -226,6 +237,7 @@ impl JobState {
         Self {
             id,
             piece: piece.to_owned(),
+            piece_origin: String::new(),
             conversation: vec![Message::User {
                 text: input.clone(),
             }],
@@ -238,6 +250,7 @@ impl JobState {
             turns: 0,
             text_only_streak: 0,
             asks: 0,
+            parks: 0,
             wait: None,
             children: Vec::new(),
             result: None,

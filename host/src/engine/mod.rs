@@ -156,12 +156,9 @@ impl Engine {
         let piece = self
             .piece(piece)
             .ok_or_else(|| EngineError::UnknownPiece(piece.to_owned()))?;
-        Ok(JobState::new(
-            id,
-            &piece.name.value,
-            &piece.initial_movement.value,
-            input,
-        ))
+        let mut job = JobState::new(id, &piece.name.value, &piece.initial_movement.value, input);
+        job.piece_origin = piece.origin.display().to_string();
+        Ok(job)
     }
 
     /// Runs `job` until it ends or parks. A pending job runs from where it stands; a parked job

@@ -356,8 +356,14 @@ pub(crate) async fn run_piece(
     }
 }
 
-fn finish(cx: &LoopContext<'_>, job: &mut JobState, result: PieceRunResult) -> PieceRunResult {
+fn finish(cx: &LoopContext<'_>, job: &mut JobState, mut result: PieceRunResult) -> PieceRunResult {
     job.status = result.status();
+    if let PieceRunResult::WaitingHuman { wait, .. }
+    | PieceRunResult::WaitingSubtasks { wait, .. } = &mut result
+    {
+        job.parks += 1;
+        wait.id = job.parks;
+    }
     match &result {
         PieceRunResult::WaitingHuman {
             resume_movement,

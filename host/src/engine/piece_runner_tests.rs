@@ -11,6 +11,7 @@ const CONTEXT: MapContext = MapContext {
 
 fn parked_call_wait(reason: Option<WaitReason>, request: WaitRequest) -> Wait {
     Wait {
+        id: 0,
         reason,
         request,
         resume: ResumePoint::ParkedCall {
@@ -140,6 +141,7 @@ fn wait_subtasks_from_a_tool_resumes_at_the_current_movement() {
 #[test]
 fn wait_subtasks_from_a_rule_resumes_at_default_next() {
     let wait = Wait {
+        id: 0,
         reason: None,
         request: WaitRequest::Subtasks {
             job_ids: vec!["j1".into(), "j2".into()],

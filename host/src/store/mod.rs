@@ -29,6 +29,16 @@ pub enum StoreError {
     },
     #[error("job `{job}`: {message}")]
     WrongAnswer { job: String, message: String },
+    #[error(
+        "job `{job}` now waits on park {current}, not on park {given}: the answer was for an earlier wait"
+    )]
+    StaleAnswer {
+        job: String,
+        given: u32,
+        current: u32,
+    },
+    #[error("job `{job}`: this runner ({owner}) no longer holds its lease; another runner took it")]
+    LeaseLost { job: String, owner: String },
     #[error("job `{job}` is {status}: it cannot be {action}")]
     Conflict {
         job: String,
@@ -84,19 +94,25 @@ pub trait JobStore: Send + Sync {
     fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError>;
 
     /// Records the answer to a waiting job and makes it runnable. Refused when the job does not
-    /// wait (ended, already answered, running) or when the answer does not fit the wait.
-    fn answer(&self, id: &str, resume: &Resume) -> Result<(), StoreError>;
+    /// wait (ended, already answered, running), when the answer does not fit the wait, or when
+    /// `wait` is given and the job now waits on another park (an answer to an older question).
+    fn answer(&self, id: &str, resume: &Resume, wait: Option<u32>) -> Result<(), StoreError>;
 
     /// Takes a runnable job for `owner` until `lease_ms` from now. Returns `None` when the job
     /// is not runnable (someone else holds it, it waits, it ended).
     fn claim(&self, id: &str, owner: &str, lease_ms: i64)
     -> Result<Option<ClaimedJob>, StoreError>;
 
-    /// Writes the job after (part of) a run, with the events the run produced, atomically, and
-    /// releases the lease unless the job is still running.
-    fn save(&self, job: &JobState, events: &[JobEvent]) -> Result<(), StoreError>;
+    /// Extends `owner`'s lease on a running job; refused when the lease went to someone else.
+    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<(), StoreError>;
 
-    /// Cancels a job that is not running; a running job is cancelled by its runner.
+    /// Writes the job after (part of) a run by `owner`, with the events the run produced,
+    /// atomically, and releases the lease unless the job is still running. Refused when
+    /// `owner` no longer holds the lease, so a runner that lost its job cannot overwrite it.
+    fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError>;
+
+    /// Cancels a job that is pending, waiting, or running under an expired lease (its runner
+    /// died); a live run is cancelled by its runner.
     fn cancel(&self, id: &str, reason: &str) -> Result<(), StoreError>;
 
     /// Jobs, newest first, optionally only those with `status`.

@@ -197,11 +197,13 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Writes the job's columns and state; with `owner`, only while `owner` holds the lease.
     fn write_state(
         &self,
         tx: &rusqlite::Connection,
         job: &JobState,
         at: i64,
+        owner: Option<&str>,
     ) -> Result<usize, StoreError> {
         let state = serde_json::to_string(job).map_err(|e| self.db_error(e))?;
         let wait_reason = job
@@ -222,7 +224,7 @@ impl SqliteStore {
              pending_resume = NULL, state = ?6, updated_at_ms = ?7, \
              lease_owner = CASE WHEN ?8 THEN lease_owner END, \
              lease_until_ms = CASE WHEN ?8 THEN lease_until_ms END \
-             WHERE id = ?1",
+             WHERE id = ?1 AND (?9 IS NULL OR lease_owner = ?9)",
             params![
                 job.id,
                 job.status.as_str(),
@@ -231,7 +233,8 @@ impl SqliteStore {
                 parked_plugin,
                 state,
                 at,
-                still_running
+                still_running,
+                owner
             ],
         )
         .map_err(|e| self.db_error(e))
@@ -259,7 +262,7 @@ impl JobStore for SqliteStore {
         Ok((state, status))
     }
 
-    fn answer(&self, id: &str, resume: &Resume) -> Result<(), StoreError> {
+    fn answer(&self, id: &str, resume: &Resume, expected: Option<u32>) -> Result<(), StoreError> {
         let at = now_ms();
         self.write(|tx| {
             let (status, state, pending, _) = self.row(tx, id)?;
@@ -278,6 +281,13 @@ impl JobStore for SqliteStore {
                 .wait
                 .as_ref()
                 .ok_or_else(|| self.corrupt(id, "the job waits but has no wait record"))?;
+            if let Some(given) = expected.filter(|given| *given != wait.id) {
+                return Err(StoreError::StaleAnswer {
+                    job: id.to_owned(),
+                    given,
+                    current: wait.id,
+                });
+            }
             wait.request
                 .accepts(resume)
                 .map_err(|message| StoreError::WrongAnswer {
@@ -324,11 +334,35 @@ impl JobStore for SqliteStore {
         })
     }
 
-    fn save(&self, job: &JobState, events: &[JobEvent]) -> Result<(), StoreError> {
+    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<(), StoreError> {
         let at = now_ms();
         self.write(|tx| {
-            if self.write_state(tx, job, at)? == 0 {
-                return Err(StoreError::NotFound(job.id.clone()));
+            let renewed = tx
+                .execute(
+                    "UPDATE jobs SET lease_until_ms = ?3 WHERE id = ?1 AND lease_owner = ?2 \
+                     AND status = 'running'",
+                    params![id, owner, at + lease_ms],
+                )
+                .map_err(|e| self.db_error(e))?;
+            if renewed == 0 {
+                return Err(StoreError::LeaseLost {
+                    job: id.to_owned(),
+                    owner: owner.to_owned(),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError> {
+        let at = now_ms();
+        self.write(|tx| {
+            if self.write_state(tx, job, at, Some(owner))? == 0 {
+                self.row(tx, &job.id)?;
+                return Err(StoreError::LeaseLost {
+                    job: job.id.clone(),
+                    owner: owner.to_owned(),
+                });
             }
             self.append(tx, &job.id, events, at)
         })
@@ -337,8 +371,10 @@ impl JobStore for SqliteStore {
     fn cancel(&self, id: &str, reason: &str) -> Result<(), StoreError> {
         let at = now_ms();
         self.write(|tx| {
-            let (status, mut state, _, _) = self.row(tx, id)?;
-            if status.is_final() || status == JobStatus::Running {
+            let (status, mut state, _, lease_until) = self.row(tx, id)?;
+            let live_run =
+                status == JobStatus::Running && lease_until.is_some_and(|until| until >= at);
+            if status.is_final() || live_run {
                 return Err(StoreError::Conflict {
                     job: id.to_owned(),
                     status,
@@ -348,7 +384,7 @@ impl JobStore for SqliteStore {
             state.status = JobStatus::Cancelled;
             state.wait = None;
             state.result = Some(reason.to_owned());
-            self.write_state(tx, &state, at)?;
+            self.write_state(tx, &state, at, None)?;
             let event = JobEvent::Finished {
                 status: JobStatus::Cancelled,
                 detail: reason.to_owned(),

@@ -19,6 +19,7 @@ fn job(id: &str) -> JobState {
 fn parked(mut job: JobState) -> JobState {
     job.status = JobStatus::WaitingHuman;
     job.wait = Some(Wait {
+        id: 1,
         reason: Some(WaitReason::Input),
         request: WaitRequest::Question {
             question: "Which city?".into(),
@@ -65,11 +66,26 @@ fn an_expired_lease_lets_another_runner_take_the_job() {
 }
 
 #[test]
+fn a_runner_that_lost_its_lease_cannot_save_and_a_dead_run_can_be_cancelled() {
+    let (_dir, store) = store();
+    store.create(&job("j1")).unwrap();
+    store.claim("j1", "slow-runner", -1).unwrap().unwrap();
+    store.cancel("j1", "the run died").unwrap();
+    store.create(&job("j2")).unwrap();
+    store.claim("j2", "slow-runner", -1).unwrap().unwrap();
+    store.claim("j2", "runner-b", 60_000).unwrap().unwrap();
+    let lost = store.save(&job("j2"), &[], "slow-runner").unwrap_err();
+    assert!(matches!(lost, StoreError::LeaseLost { .. }), "{lost}");
+    assert!(store.renew("j2", "slow-runner", 60_000).is_err());
+    store.renew("j2", "runner-b", 60_000).unwrap();
+}
+
+#[test]
 fn a_wait_is_answered_exactly_once() {
     let (_dir, store) = store();
     store.create(&job("j1")).unwrap();
     store.claim("j1", "r", 60_000).unwrap();
-    store.save(&parked(job("j1")), &[]).unwrap();
+    store.save(&parked(job("j1")), &[], "r").unwrap();
     assert_eq!(
         store.list(Some(JobStatus::WaitingHuman), 10).unwrap()[0]
             .wait_reason
@@ -77,13 +93,17 @@ fn a_wait_is_answered_exactly_once() {
         Some("input")
     );
 
-    let wrong = store.answer("j1", &Resume::Approved).unwrap_err();
+    let wrong = store.answer("j1", &Resume::Approved, None).unwrap_err();
     assert!(matches!(wrong, StoreError::WrongAnswer { .. }), "{wrong}");
+    let stale = store
+        .answer("j1", &Resume::Answered("x".into()), Some(2))
+        .unwrap_err();
+    assert!(stale.to_string().contains("not on park 2"), "{stale}");
     store
-        .answer("j1", &Resume::Answered("Paris".into()))
+        .answer("j1", &Resume::Answered("Paris".into()), Some(1))
         .unwrap();
     let second = store
-        .answer("j1", &Resume::Answered("Rome".into()))
+        .answer("j1", &Resume::Answered("Rome".into()), None)
         .unwrap_err();
     assert!(second.to_string().contains("already answered"), "{second}");
 
@@ -100,20 +120,17 @@ fn a_wait_is_answered_exactly_once() {
 fn saves_append_numbered_events_and_keep_them() {
     let (dir, store) = store();
     store.create(&job("j1")).unwrap();
+    store.claim("j1", "r", 60_000).unwrap().unwrap();
     let mut state = job("j1");
     state.status = JobStatus::Running;
-    store
-        .save(
-            &state,
-            &[JobEvent::MovementEntered {
-                movement: "chat".into(),
-                count: 1,
-            }],
-        )
-        .unwrap();
+    let entered = JobEvent::MovementEntered {
+        movement: "chat".into(),
+        count: 1,
+    };
+    store.save(&state, &[entered], "r").unwrap();
     state.status = JobStatus::Completed;
     store
-        .save(&state, &[finished(JobStatus::Completed)])
+        .save(&state, &[finished(JobStatus::Completed)], "r")
         .unwrap();
     drop(store);
     let store = SqliteStore::open(dir.path().join("nested/jobs.db")).unwrap();
@@ -128,7 +145,10 @@ fn saves_append_numbered_events_and_keep_them() {
 fn cancel_ends_a_waiting_job_but_not_a_finished_one() {
     let (_dir, store) = store();
     store.create(&job("j1")).unwrap();
-    store.save(&parked(job("j1")), &[]).unwrap();
+    store.claim("j1", "r", 60_000).unwrap();
+    let running = store.cancel("j1", "too early").unwrap_err();
+    assert!(running.to_string().contains("running"), "{running}");
+    store.save(&parked(job("j1")), &[], "r").unwrap();
     store.cancel("j1", "operator said stop").unwrap();
     let (state, status) = store.load("j1").unwrap();
     assert_eq!((status, state.wait), (JobStatus::Cancelled, None));
@@ -136,7 +156,7 @@ fn cancel_ends_a_waiting_job_but_not_a_finished_one() {
     let again = store.cancel("j1", "again").unwrap_err();
     assert!(again.to_string().contains("cancelled"), "{again}");
     let answer = store
-        .answer("j1", &Resume::Answered("late".into()))
+        .answer("j1", &Resume::Answered("late".into()), None)
         .unwrap_err();
     assert!(matches!(answer, StoreError::NotWaiting { .. }), "{answer}");
 }
@@ -148,7 +168,8 @@ fn list_is_newest_first_and_filters_by_status() {
         store.create(&job(id)).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    store.save(&parked(job("b")), &[]).unwrap();
+    store.claim("b", "r", 60_000).unwrap();
+    store.save(&parked(job("b")), &[], "r").unwrap();
     let all: Vec<String> = store
         .list(None, 10)
         .unwrap()
