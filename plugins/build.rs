@@ -23,12 +23,19 @@ const GUESTS: &[(&str, &str)] = &[
     ("browse_web", "browse-web"),
     ("request_tool", "request-tool"),
     ("wait_subtask", "wait-subtask"),
+    ("spawn_subtask", "spawn-subtask"),
     ("echo", "echo"),
     ("hostile", "hostile"),
 ];
 
 /// The tools every maestro job gets: its control flow.
-const FIRST_PARTY: &[&str] = &["complete", "browse_web", "request_tool", "wait_subtask"];
+const FIRST_PARTY: &[&str] = &[
+    "complete",
+    "browse_web",
+    "request_tool",
+    "wait_subtask",
+    "spawn_subtask",
+];
 
 /// Environment that the outer cargo sets for this build script (or that
 /// configures the outer build) and that would leak into the nested build:

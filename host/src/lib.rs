@@ -10,3 +10,4 @@ pub mod phase;
 pub mod piece;
 pub mod plugin;
 pub mod store;
+pub mod worker;

@@ -11,10 +11,19 @@ use super::run::{OutputOptions, drive};
 use super::setup::{EngineOptions, Setup, StoreOption};
 use crate::engine::JobStatus;
 use crate::plugin::{Resume, Runtime};
-use crate::store::JobStore;
+use crate::store::{CancelOutcome, JobStore};
 
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
+    /// Create a pending job of a piece for `maestro work` to run; prints its id.
+    Start {
+        /// A piece file, or the name of a piece in the pieces folder.
+        piece: String,
+        #[arg(long, short)]
+        input: String,
+        #[command(flatten)]
+        engine: EngineOptions,
+    },
     /// Jobs of the store, newest first.
     List {
         /// Only jobs with this status (pending, running, waiting_human, waiting_subtasks,
@@ -118,6 +127,17 @@ pub async fn execute(
     runtime: impl FnOnce() -> Result<Runtime, Failure>,
 ) -> Result<(), Failure> {
     match command {
+        JobsCommand::Start {
+            piece,
+            input,
+            engine,
+        } => {
+            let setup = Setup::resolve(engine)?;
+            let store = setup.open_store()?;
+            let id = setup.start_job(&store, piece, input.clone())?;
+            println!("{id}");
+            Ok(())
+        }
         JobsCommand::List {
             status,
             limit,
@@ -127,8 +147,13 @@ pub async fn execute(
         JobsCommand::Show { id, json, store } => show(&store_only(store)?, id, *json),
         JobsCommand::Cancel { id, reason, store } => {
             let store = store_only(store)?.open_store()?;
-            store.cancel(id, reason).map_err(Failure::usage)?;
-            println!("cancelled {id}");
+            match store.cancel(id, reason).map_err(Failure::usage)? {
+                CancelOutcome::Cancelled => println!("cancelled {id} (and its open subtasks)"),
+                CancelOutcome::Requested => println!(
+                    "{id} is running: its runner stops it at the next step (its open subtasks \
+                     are cancelled)"
+                ),
+            }
             Ok(())
         }
         JobsCommand::Answer { id, text, resume } => {
@@ -177,7 +202,7 @@ async fn continue_job(
     let store = setup.open_store()?;
     let (job, _) = store.load(id).map_err(Failure::usage)?;
     let engine = setup
-        .engine_for_job(&runtime, &job)
+        .engine_for_job(&runtime, &job, &store)
         .await
         .map_err(|failure| Failure {
             message: failure.message.map(|message| {

@@ -11,6 +11,7 @@ mod piece;
 mod plugin;
 mod run;
 mod setup;
+mod work;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -53,6 +54,8 @@ enum Command {
     /// List, show, answer, approve, deny and cancel the jobs of a store.
     #[command(subcommand)]
     Jobs(jobs::JobsCommand),
+    /// Run the jobs of a store with concurrent runners (subtasks included).
+    Work(work::WorkCommand),
 }
 
 /// Error of a command: the message is printed as `error: …`.
@@ -138,6 +141,7 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
         Command::Piece(command) => piece::execute(command, runtime).await,
         Command::Run(command) => run::execute(command, runtime()?).await,
         Command::Jobs(command) => jobs::execute(command, runtime).await,
+        Command::Work(command) => work::execute(command, runtime()?).await,
     }
 }
 

@@ -44,7 +44,7 @@ pub struct OutputOptions {
 pub async fn execute(command: &RunCommand, runtime: Runtime) -> Result<(), Failure> {
     let setup = Setup::resolve(&command.engine)?;
     let store = setup.open_store()?;
-    let engine = setup.engine(&runtime, &command.piece).await?;
+    let engine = setup.engine(&runtime, &command.piece, &store).await?;
     let piece = engine
         .pieces()
         .next()
@@ -85,8 +85,8 @@ pub async fn drive(
             Failure::usage(format!("job {job_id} is not runnable now (it is {status})"))
         })?;
     let mut job = claimed.state;
-    let printer = Printer::new(output.json, store, &owner);
     let cancel = CancelFlag::default();
+    let printer = Printer::new(output.json, store, &owner, cancel.clone());
     let on_interrupt = cancel.clone();
     let interrupt = tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -128,16 +128,18 @@ struct Printer<'a> {
     store: &'a SqliteStore,
     owner: &'a str,
     renewed: Mutex<std::time::Instant>,
+    cancel: CancelFlag,
 }
 
 impl<'a> Printer<'a> {
-    fn new(json: bool, store: &'a SqliteStore, owner: &'a str) -> Self {
+    fn new(json: bool, store: &'a SqliteStore, owner: &'a str, cancel: CancelFlag) -> Self {
         Self {
             json,
             events: Mutex::new(Vec::new()),
             store,
             owner,
             renewed: Mutex::new(std::time::Instant::now()),
+            cancel,
         }
     }
 
@@ -147,8 +149,10 @@ impl<'a> Printer<'a> {
             return;
         }
         *renewed = std::time::Instant::now();
-        if let Err(err) = self.store.renew(job_id, self.owner, LEASE_MS) {
-            tracing::warn!("cannot renew the lease of job {job_id}: {err}");
+        match self.store.renew(job_id, self.owner, LEASE_MS) {
+            Ok(true) => self.cancel.cancel(),
+            Ok(false) => {}
+            Err(err) => tracing::warn!("cannot renew the lease of job {job_id}: {err}"),
         }
     }
 

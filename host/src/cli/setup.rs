@@ -18,7 +18,9 @@ use crate::engine::{Engine, EngineLimits, ToolCatalog};
 use crate::llm::ModelConfig;
 use crate::piece::{Piece, load_dir, load_piece};
 use crate::plugin::{Policy, Runtime};
-use crate::store::SqliteStore;
+use crate::store::{JobStore, SqliteStore};
+use crate::worker::StoreSpawner;
+use tokio::sync::Notify;
 
 #[derive(Debug, Clone, Args)]
 pub struct EngineOptions {
@@ -70,6 +72,8 @@ pub struct Setup {
     pub policy: Option<PathBuf>,
     pub store: PathBuf,
     has_model_table: bool,
+    /// Woken when this process creates a job (a subtask), so its runners start at once.
+    pub wake: Arc<Notify>,
 }
 
 impl Setup {
@@ -118,6 +122,7 @@ impl Setup {
             policy: pick(&options.policy, file.policy)?,
             store,
             has_model_table: file.model.is_some(),
+            wake: Arc::new(Notify::new()),
         })
     }
 
@@ -128,10 +133,57 @@ impl Setup {
     }
 
     /// An engine for `piece` (a file, or a name in the pieces folder) over every plugin of the
-    /// plugin folder.
-    pub async fn engine(&self, runtime: &Runtime, piece: &str) -> Result<Engine, Failure> {
+    /// plugin folder, whose subtasks become jobs of `store`.
+    pub async fn engine(
+        &self,
+        runtime: &Runtime,
+        piece: &str,
+        store: &Arc<SqliteStore>,
+    ) -> Result<Engine, Failure> {
         let piece = self.find_piece(piece)?;
-        self.engine_for(runtime, piece).await
+        self.engine_for(runtime, vec![piece], store).await
+    }
+
+    /// An engine for every piece of the pieces folder (what a worker runs); any piece that
+    /// does not load or lint is an error.
+    pub async fn engine_all(
+        &self,
+        runtime: &Runtime,
+        store: &Arc<SqliteStore>,
+    ) -> Result<Engine, Failure> {
+        let Some(dir) = &self.pieces else {
+            return Err(Failure::usage(
+                "no pieces folder: give --pieces or `pieces` in --config",
+            ));
+        };
+        let (pieces, errors) = load_dir(dir);
+        if !errors.is_empty() {
+            let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            return Err(Failure::usage(errors.join("\n")));
+        }
+        if pieces.is_empty() {
+            return Err(Failure::usage(format!("no pieces in {}", dir.display())));
+        }
+        self.engine_for(runtime, pieces, store).await
+    }
+
+    /// A new pending job of `piece` in `store` (for a worker to run).
+    pub fn start_job(
+        &self,
+        store: &SqliteStore,
+        piece: &str,
+        input: String,
+    ) -> Result<String, Failure> {
+        let piece = self.find_piece(piece)?;
+        let mut job = crate::engine::JobState::new(
+            crate::store::new_job_id(),
+            &piece.name.value,
+            &piece.initial_movement.value,
+            input,
+        );
+        job.piece_origin = piece.origin.display().to_string();
+        store.create(&job).map_err(Failure::usage)?;
+        Ok(job.id)
     }
 
     /// An engine for a job that already exists: the piece file it started from when that file
@@ -140,6 +192,7 @@ impl Setup {
         &self,
         runtime: &Runtime,
         job: &crate::engine::JobState,
+        store: &Arc<SqliteStore>,
     ) -> Result<Engine, Failure> {
         let origin = Path::new(&job.piece_origin);
         let piece = if !job.piece_origin.is_empty() && origin.is_file() {
@@ -157,14 +210,32 @@ impl Setup {
         } else {
             self.find_piece(&job.piece)?
         };
-        self.engine_for(runtime, piece).await
+        self.engine_for(runtime, vec![piece], store).await
     }
 
-    async fn engine_for(&self, runtime: &Runtime, piece: Piece) -> Result<Engine, Failure> {
+    /// The engine over `pieces`. Subtasks become pending jobs of `store`, of any piece the
+    /// pieces folder holds; the spawner wakes the runners of this process.
+    async fn engine_for(
+        &self,
+        runtime: &Runtime,
+        pieces: Vec<Piece>,
+        store: &Arc<SqliteStore>,
+    ) -> Result<Engine, Failure> {
+        let mut known: Vec<Piece> = match &self.pieces {
+            Some(dir) => load_dir(dir).0,
+            None => Vec::new(),
+        };
+        known.retain(|other| pieces.iter().all(|p| p.name.value != other.name.value));
+        known.extend(pieces.iter().cloned());
+        let spawner = Arc::new(StoreSpawner::new(store.clone(), &known, self.wake.clone()));
+        runtime.set_subtask_spawner(spawner.clone());
         let model = self.model_config()?.build().map_err(Failure::usage)?;
         let catalog = self.catalog(runtime).await?;
-        Engine::new(model, Arc::new(catalog), [piece], EngineLimits::default())
-            .map_err(Failure::usage)
+        Ok(
+            Engine::new(model, Arc::new(catalog), pieces, EngineLimits::default())
+                .map_err(Failure::usage)?
+                .with_child_jobs(spawner),
+        )
     }
 
     fn model_config(&self) -> Result<ModelConfig, Failure> {

@@ -15,7 +15,7 @@ use super::events::{JobEvent, Observer};
 use super::job::{JobState, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest};
 use super::piece_runner::{Guard, MovementResult};
 use super::tools::{TRANSITION_TOOL, ToolCatalog};
-use super::{CancelFlag, EngineLimits};
+use super::{CancelFlag, ChildJobs, EngineLimits};
 use crate::llm::{ChatRequest, Message, Model, ToolCall, ToolDefinition};
 use crate::piece::{DefaultNext, Movement, Next, Piece, Sentinel};
 use crate::plugin::{CallRequest, Outcome, Park, Plugin, Resume, Terminal};
@@ -28,6 +28,7 @@ pub(crate) struct LoopContext<'a> {
     pub piece: &'a Piece,
     pub observer: &'a dyn Observer,
     pub cancel: &'a CancelFlag,
+    pub child_jobs: Option<&'a dyn ChildJobs>,
 }
 
 impl LoopContext<'_> {
@@ -436,6 +437,13 @@ fn transition(
                 answer(cx, job, &call.id, &call.name, note.into(), true);
                 return Flow::Continue;
             };
+            if let Some(lookup) = cx.child_jobs {
+                for child in lookup.children(&job.id) {
+                    if !job.children.contains(&child) {
+                        job.children.push(child);
+                    }
+                }
+            }
             if job.children.is_empty() {
                 // Nothing would ever end the wait: refuse instead of parking forever.
                 let note = "This job has started no subtasks, so there is nothing to wait for; \

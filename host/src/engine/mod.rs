@@ -93,12 +93,19 @@ fn lint_report(errors: &[LintError]) -> String {
         .join("\n")
 }
 
+/// Where the engine learns which child jobs a job has started (through the `spawn-subtask`
+/// capability, which the job layer serves), for a rule `next: WAIT_SUBTASKS`.
+pub trait ChildJobs: Send + Sync {
+    fn children(&self, parent: &str) -> Vec<String>;
+}
+
 /// Runs jobs. Cheap to share behind an `Arc`; runs of different jobs may overlap.
 pub struct Engine {
     model: Arc<dyn Model>,
     catalog: Arc<ToolCatalog>,
     pieces: BTreeMap<String, Arc<Piece>>,
     limits: EngineLimits,
+    child_jobs: Option<Arc<dyn ChildJobs>>,
 }
 
 impl Engine {
@@ -132,7 +139,14 @@ impl Engine {
             catalog,
             pieces: by_name,
             limits,
+            child_jobs: None,
         })
+    }
+
+    /// Lets rule-based waits for subtasks see the children the job layer started.
+    pub fn with_child_jobs(mut self, child_jobs: Arc<dyn ChildJobs>) -> Self {
+        self.child_jobs = Some(child_jobs);
+        self
     }
 
     pub fn piece(&self, name: &str) -> Option<&Arc<Piece>> {
@@ -219,6 +233,7 @@ impl Engine {
             piece: &piece,
             observer,
             cancel,
+            child_jobs: self.child_jobs.as_deref(),
         };
         Ok(piece_runner::run_piece(&cx, job, resume).await)
     }

@@ -17,6 +17,16 @@
 //!
 //! `arguments` is any YAML mapping (sent as its JSON text); `raw_arguments` sends a string as
 //! is, to show what happens when a model writes broken JSON.
+//!
+//! One script can play several jobs (a parent and its subtasks): `conversations` holds turn
+//! lists chosen by the job's input (its first user message), `turns` plays any other job.
+//!
+//! ```yaml
+//! conversations:
+//!   - input_contains: "sub-question A"
+//!     turns: [{ tool_calls: [{ name: complete, arguments: { status: done, summary: "A" } }] }]
+//! turns: []
+//! ```
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -28,6 +38,16 @@ use super::{ChatRequest, Message, Model, ModelError, Reply, ToolCall};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Script {
+    #[serde(default)]
+    conversations: Vec<Conversation>,
+    #[serde(default)]
+    turns: Vec<ScriptTurn>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Conversation {
+    input_contains: String,
     turns: Vec<ScriptTurn>,
 }
 
@@ -78,6 +98,7 @@ pub enum ScriptError {
 #[derive(Debug)]
 pub struct ScriptedModel {
     origin: String,
+    conversations: Vec<Conversation>,
     turns: Vec<ScriptTurn>,
     seen: Mutex<Vec<ChatRequest>>,
 }
@@ -99,7 +120,19 @@ impl ScriptedModel {
             origin: origin.clone(),
             message: error.to_string(),
         })?;
-        for (turn, entry) in script.turns.iter().enumerate() {
+        if script.turns.is_empty() && script.conversations.is_empty() {
+            return Err(ScriptError::Parse {
+                origin,
+                message: "the script has no `turns` and no `conversations`".to_owned(),
+            });
+        }
+        let all_turns = script.turns.iter().chain(
+            script
+                .conversations
+                .iter()
+                .flat_map(|conversation| conversation.turns.iter()),
+        );
+        for (turn, entry) in all_turns.enumerate() {
             let turn_error = |message: String| ScriptError::Turn {
                 origin: origin.clone(),
                 turn,
@@ -120,6 +153,7 @@ impl ScriptedModel {
         }
         Ok(Self {
             origin,
+            conversations: script.conversations,
             turns: script.turns,
             seen: Mutex::new(Vec::new()),
         })
@@ -152,14 +186,22 @@ impl Model for ScriptedModel {
             .iter()
             .filter(|message| matches!(message, Message::Assistant { .. }))
             .count();
-        let turn = self
-            .turns
-            .get(played)
-            .ok_or_else(|| ScriptError::Exhausted {
-                origin: self.origin.clone(),
-                played,
-                available: self.turns.len(),
-            })?;
+        let input = request.messages.iter().find_map(|message| match message {
+            Message::User { text } => Some(text.as_str()),
+            _ => None,
+        });
+        let turns = self
+            .conversations
+            .iter()
+            .find(|conversation| {
+                input.is_some_and(|input| input.contains(&conversation.input_contains))
+            })
+            .map_or(&self.turns, |conversation| &conversation.turns);
+        let turn = turns.get(played).ok_or_else(|| ScriptError::Exhausted {
+            origin: self.origin.clone(),
+            played,
+            available: turns.len(),
+        })?;
         let tool_calls = turn
             .tool_calls
             .iter()
@@ -243,6 +285,24 @@ turns:
             text.contains("script.yaml") && text.contains("2 model turns"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn conversations_are_chosen_by_the_job_input() {
+        let model = ScriptedModel::parse(
+            "conversations:\n  - input_contains: child\n    turns: [{ text: from child }]\nturns: [{ text: from parent }]\n",
+            "s.yaml",
+        )
+        .unwrap();
+        let ask = |input: &str| ChatRequest {
+            messages: vec![Message::User { text: input.into() }],
+            ..ChatRequest::default()
+        };
+        let child = model.reply(&ask("the child task")).await.unwrap();
+        assert_eq!(child.text.as_deref(), Some("from child"));
+        let parent = model.reply(&ask("the main task")).await.unwrap();
+        assert_eq!(parent.text.as_deref(), Some("from parent"));
+        assert!(ScriptedModel::parse("turns: []\n", "s.yaml").is_err());
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct SpawnContext {
     pub plugin: Arc<str>,
     pub job_id: String,
     pub call_id: String,
+    /// 0 for the first spawn of this call, 1 for the next, …: with the call id, a key that
+    /// stays the same when a call is run again, so a spawner can make spawning idempotent.
+    pub index: u32,
 }
 
 /// The capability state of one call.
@@ -39,6 +42,7 @@ pub struct Capabilities {
     pub spawner: Option<Arc<dyn SubtaskSpawner>>,
     log_budget: usize,
     log_dropped: bool,
+    spawned: u32,
 }
 
 impl Capabilities {
@@ -58,6 +62,7 @@ impl Capabilities {
             spawner,
             log_budget,
             log_dropped: false,
+            spawned: 0,
         }
     }
 }
@@ -88,7 +93,9 @@ impl Host for CallState {
         piece: String,
         input: String,
     ) -> impl Future<Output = Result<String, String>> + Send {
-        let caps = &self.capabilities;
+        let caps = &mut self.capabilities;
+        let index = caps.spawned;
+        caps.spawned += 1;
         let decision = if !caps.spawn_granted {
             Err(format!(
                 "spawn-subtask denied: the policy of plugin `{}` does not grant spawn_subtasks",
@@ -101,6 +108,7 @@ impl Host for CallState {
                     plugin: caps.plugin.clone(),
                     job_id: caps.job_id.clone(),
                     call_id: caps.call_id.clone(),
+                    index,
                 },
             ))
         } else {

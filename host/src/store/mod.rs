@@ -12,7 +12,7 @@ mod sqlite;
 
 use serde::Serialize;
 
-pub use sqlite::SqliteStore;
+pub use sqlite::{CancelOutcome, SqliteStore};
 
 use crate::engine::{JobEvent, JobState, JobStatus};
 use crate::plugin::Resume;
@@ -103,17 +103,28 @@ pub trait JobStore: Send + Sync {
     fn claim(&self, id: &str, owner: &str, lease_ms: i64)
     -> Result<Option<ClaimedJob>, StoreError>;
 
-    /// Extends `owner`'s lease on a running job; refused when the lease went to someone else.
-    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<(), StoreError>;
+    /// Takes the oldest runnable job (pending, or running under an expired lease) for `owner`.
+    fn claim_next(&self, owner: &str, lease_ms: i64) -> Result<Option<ClaimedJob>, StoreError>;
+
+    /// Extends `owner`'s lease on a running job and says whether someone asked it to stop;
+    /// refused when the lease went to someone else.
+    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<bool, StoreError>;
 
     /// Writes the job after (part of) a run by `owner`, with the events the run produced,
     /// atomically, and releases the lease unless the job is still running. Refused when
     /// `owner` no longer holds the lease, so a runner that lost its job cannot overwrite it.
     fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError>;
 
-    /// Cancels a job that is pending, waiting, or running under an expired lease (its runner
-    /// died); a live run is cancelled by its runner.
-    fn cancel(&self, id: &str, reason: &str) -> Result<(), StoreError>;
+    /// Cancels a job and its descendants. A job that is pending, waiting, or running under an
+    /// expired lease (its runner died) ends as cancelled at once; a live run is asked to stop
+    /// at its next step (its runner sees it when it renews the lease).
+    fn cancel(&self, id: &str, reason: &str) -> Result<CancelOutcome, StoreError>;
+
+    /// The child jobs of `parent`, oldest first.
+    fn children(&self, parent: &str) -> Result<Vec<String>, StoreError>;
+
+    /// Jobs that are pending or running: work that some runner has or will have.
+    fn active_jobs(&self) -> Result<usize, StoreError>;
 
     /// Jobs, newest first, optionally only those with `status`.
     fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError>;

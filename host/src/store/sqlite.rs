@@ -27,10 +27,12 @@ CREATE TABLE jobs (
     state           TEXT NOT NULL,
     lease_owner     TEXT,
     lease_until_ms  INTEGER,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
     created_at_ms   INTEGER NOT NULL,
     updated_at_ms   INTEGER NOT NULL
 );
 CREATE INDEX jobs_by_status ON jobs (status, updated_at_ms);
+CREATE INDEX jobs_by_lease ON jobs (status, lease_until_ms);
 CREATE INDEX jobs_by_parent ON jobs (parent);
 CREATE TABLE events (
     job_id  TEXT NOT NULL,
@@ -40,6 +42,11 @@ CREATE TABLE events (
     PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
 "#];
+
+#[path = "sqlite_tree.rs"]
+mod tree;
+
+pub use tree::CancelOutcome;
 
 pub struct SqliteStore {
     path: PathBuf,
@@ -239,6 +246,35 @@ impl SqliteStore {
         )
         .map_err(|e| self.db_error(e))
     }
+
+    /// Takes `id` for `owner` if it is runnable: pending, or running under an expired lease.
+    fn claim_in(
+        &self,
+        tx: &rusqlite::Connection,
+        id: &str,
+        owner: &str,
+        lease_ms: i64,
+        at: i64,
+    ) -> Result<Option<ClaimedJob>, StoreError> {
+        let (status, state, pending, lease_until) = self.row(tx, id)?;
+        let lease_expired = lease_until.is_none_or(|until| until < at);
+        let runnable =
+            status == JobStatus::Pending || (status == JobStatus::Running && lease_expired);
+        if !runnable {
+            return Ok(None);
+        }
+        let resume = pending
+            .map(|text| serde_json::from_str::<Resume>(&text))
+            .transpose()
+            .map_err(|e| self.corrupt(id, e))?;
+        tx.execute(
+            "UPDATE jobs SET status = 'running', lease_owner = ?2, lease_until_ms = ?3, \
+             updated_at_ms = ?4 WHERE id = ?1",
+            params![id, owner, at + lease_ms, at],
+        )
+        .map_err(|e| self.db_error(e))?;
+        Ok(Some(ClaimedJob { state, resume }))
+    }
 }
 
 impl JobStore for SqliteStore {
@@ -312,45 +348,70 @@ impl JobStore for SqliteStore {
         lease_ms: i64,
     ) -> Result<Option<ClaimedJob>, StoreError> {
         let at = now_ms();
+        self.write(|tx| self.claim_in(tx, id, owner, lease_ms, at))
+    }
+
+    fn claim_next(&self, owner: &str, lease_ms: i64) -> Result<Option<ClaimedJob>, StoreError> {
+        let at = now_ms();
         self.write(|tx| {
-            let (status, state, pending, lease_until) = self.row(tx, id)?;
-            let lease_expired = lease_until.is_none_or(|until| until < at);
-            let runnable =
-                status == JobStatus::Pending || (status == JobStatus::Running && lease_expired);
-            if !runnable {
-                return Ok(None);
+            let next: Option<String> = tx
+                .query_row(
+                    "SELECT id FROM jobs WHERE status = 'pending' \
+                     OR (status = 'running' AND lease_until_ms < ?1) \
+                     ORDER BY updated_at_ms, id LIMIT 1",
+                    [at],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(|e| self.db_error(e))?;
+            match next {
+                Some(id) => self.claim_in(tx, &id, owner, lease_ms, at),
+                None => Ok(None),
             }
-            let resume = pending
-                .map(|text| serde_json::from_str::<Resume>(&text))
-                .transpose()
-                .map_err(|e| self.corrupt(id, e))?;
-            tx.execute(
-                "UPDATE jobs SET status = 'running', lease_owner = ?2, lease_until_ms = ?3, \
-                 updated_at_ms = ?4 WHERE id = ?1",
-                params![id, owner, at + lease_ms, at],
-            )
-            .map_err(|e| self.db_error(e))?;
-            Ok(Some(ClaimedJob { state, resume }))
         })
     }
 
-    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<(), StoreError> {
+    fn active_jobs(&self) -> Result<usize, StoreError> {
+        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        connection
+            .query_row(
+                "SELECT COUNT(*) FROM jobs WHERE status IN ('pending', 'running')",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
+            .map(|count| count as usize)
+            .map_err(|e| self.db_error(e))
+    }
+
+    fn children(&self, parent: &str) -> Result<Vec<String>, StoreError> {
+        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let mut query = connection
+            .prepare_cached("SELECT id FROM jobs WHERE parent = ?1 ORDER BY created_at_ms, id")
+            .map_err(|e| self.db_error(e))?;
+        let ids = query
+            .query_map([parent], |row| row.get::<_, String>(0))
+            .map_err(|e| self.db_error(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.db_error(e))?;
+        Ok(ids)
+    }
+
+    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<bool, StoreError> {
         let at = now_ms();
         self.write(|tx| {
-            let renewed = tx
-                .execute(
+            let cancel_requested = tx
+                .query_row(
                     "UPDATE jobs SET lease_until_ms = ?3 WHERE id = ?1 AND lease_owner = ?2 \
-                     AND status = 'running'",
+                     AND status = 'running' RETURNING cancel_requested",
                     params![id, owner, at + lease_ms],
+                    |row| row.get::<_, bool>(0),
                 )
+                .optional()
                 .map_err(|e| self.db_error(e))?;
-            if renewed == 0 {
-                return Err(StoreError::LeaseLost {
-                    job: id.to_owned(),
-                    owner: owner.to_owned(),
-                });
-            }
-            Ok(())
+            cancel_requested.ok_or_else(|| StoreError::LeaseLost {
+                job: id.to_owned(),
+                owner: owner.to_owned(),
+            })
         })
     }
 
@@ -364,33 +425,14 @@ impl JobStore for SqliteStore {
                     owner: owner.to_owned(),
                 });
             }
-            self.append(tx, &job.id, events, at)
+            self.append(tx, &job.id, events, at)?;
+            self.after_write(tx, job, at)
         })
     }
 
-    fn cancel(&self, id: &str, reason: &str) -> Result<(), StoreError> {
+    fn cancel(&self, id: &str, reason: &str) -> Result<CancelOutcome, StoreError> {
         let at = now_ms();
-        self.write(|tx| {
-            let (status, mut state, _, lease_until) = self.row(tx, id)?;
-            let live_run =
-                status == JobStatus::Running && lease_until.is_some_and(|until| until >= at);
-            if status.is_final() || live_run {
-                return Err(StoreError::Conflict {
-                    job: id.to_owned(),
-                    status,
-                    action: "cancelled from outside",
-                });
-            }
-            state.status = JobStatus::Cancelled;
-            state.wait = None;
-            state.result = Some(reason.to_owned());
-            self.write_state(tx, &state, at, None)?;
-            let event = JobEvent::Finished {
-                status: JobStatus::Cancelled,
-                detail: reason.to_owned(),
-            };
-            self.append(tx, id, &[event], at)
-        })
+        self.write(|tx| self.cancel_tree(tx, id, reason, at))
     }
 
     fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError> {

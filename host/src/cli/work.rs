@@ -1,0 +1,87 @@
+//! `maestro work`: run the jobs of a store with N concurrent runners, until Ctrl-C (or, with
+//! `--until-idle`, until no job is pending or running).
+//!
+//! Invariant: this command only claims, runs and saves; everything it does to a job is in the
+//! store, so any number of `maestro work` processes may share one store file, and killing one
+//! loses no job (its leases expire and the others take over).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::Failure;
+use super::setup::{EngineOptions, Setup};
+use crate::engine::{CancelFlag, JobEvent, Observer};
+use crate::plugin::Runtime;
+use crate::worker::{Worker, WorkerConfig};
+
+#[derive(Debug, Args)]
+pub struct WorkCommand {
+    #[command(flatten)]
+    pub engine: EngineOptions,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 4)]
+    pub runners: usize,
+    /// How long a claim lasts without renewal; a crashed worker's jobs are taken up again after
+    /// this long.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub lease_ms: u64,
+    /// Stop once no job is pending or running (jobs that wait for a human are left waiting).
+    #[arg(long)]
+    pub until_idle: bool,
+}
+
+pub async fn execute(command: &WorkCommand, runtime: Runtime) -> Result<(), Failure> {
+    if command.lease_ms < 30 {
+        return Err(Failure::usage("--lease-ms must be at least 30"));
+    }
+    let setup = Setup::resolve(&command.engine)?;
+    let store = setup.open_store()?;
+    let engine = Arc::new(setup.engine_all(&runtime, &store).await?);
+    let config = WorkerConfig {
+        runners: command.runners.max(1),
+        lease: Duration::from_millis(command.lease_ms),
+        ..WorkerConfig::default()
+    };
+    let worker = Arc::new(
+        Worker::new(store, engine, config, setup.wake.clone()).with_observer(Arc::new(StepLog)),
+    );
+    let stop = CancelFlag::default();
+    let on_interrupt = stop.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("stopping: runners finish their current step of work and exit");
+            on_interrupt.cancel();
+        }
+    });
+    let stats = worker.run(stop, command.until_idle).await;
+    eprintln!(
+        "worker done: {} run(s), {} lost lease(s)",
+        stats.runs, stats.lost_leases
+    );
+    Ok(())
+}
+
+/// One stderr line per park and end (and every event with `-v`).
+struct StepLog;
+
+impl Observer for StepLog {
+    fn on_event(&self, job_id: &str, event: &JobEvent) {
+        match event {
+            JobEvent::Parked {
+                status,
+                resume_movement,
+                ..
+            } => {
+                eprintln!("{job_id}: parked {status}, resumes at {resume_movement}");
+            }
+            JobEvent::Finished { status, detail } => eprintln!("{job_id}: {status}: {detail}"),
+            other => tracing::info!(
+                job = job_id,
+                "{}",
+                serde_json::to_string(other).unwrap_or_default()
+            ),
+        }
+    }
+}

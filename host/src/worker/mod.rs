@@ -1,0 +1,243 @@
+//! The worker: N runners that claim runnable jobs from the store, run each until it ends or
+//! parks, and save it.
+//!
+//! Invariant: a runner holds a job only between its claim and its save, under a lease it keeps
+//! renewing; a parked job is a row and costs no runner, task or memory. A runner that dies
+//! (crash, SIGKILL) loses nothing: the job's last save is its durable point, its lease expires,
+//! and any runner takes it up again from there; the events of the lost run were never saved, so
+//! the log holds each step once. A job's end releases its waiting parent in the same
+//! transaction (see `store`).
+
+mod spawner;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+pub use spawner::StoreSpawner;
+
+use crate::engine::{CancelFlag, Engine, JobEvent, JobStatus, Observer};
+use crate::store::{ClaimedJob, JobStore, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Jobs run at once.
+    pub runners: usize,
+    /// How long a claim lasts without renewal; renewed every third of it.
+    pub lease: Duration,
+    /// How often an idle runner looks for work when nothing woke it.
+    pub idle_poll: Duration,
+    /// Names this worker's runners in the store's leases.
+    pub name: String,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            runners: 4,
+            lease: Duration::from_secs(30),
+            idle_poll: Duration::from_millis(100),
+            name: format!("worker-{}", std::process::id()),
+        }
+    }
+}
+
+/// What a worker did, for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    pub runs: u64,
+    pub lost_leases: u64,
+}
+
+pub struct Worker {
+    store: Arc<dyn JobStore>,
+    engine: Arc<Engine>,
+    config: WorkerConfig,
+    wake: Arc<Notify>,
+    observer: Option<Arc<dyn Observer>>,
+    stats: Mutex<WorkerStats>,
+}
+
+impl Worker {
+    /// `wake` is notified by whoever creates or answers jobs in this process (the spawner, the
+    /// API), so runners start at once instead of at their next poll.
+    pub fn new(
+        store: Arc<dyn JobStore>,
+        engine: Arc<Engine>,
+        config: WorkerConfig,
+        wake: Arc<Notify>,
+    ) -> Self {
+        Self {
+            store,
+            engine,
+            config,
+            wake,
+            observer: None,
+            stats: Mutex::new(WorkerStats::default()),
+        }
+    }
+
+    /// Also shows every event to `observer` as it happens (a printer, a live stream).
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    pub fn stats(&self) -> WorkerStats {
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs the runners until `stop` is cancelled; with `until_idle`, also stops once no job is
+    /// pending or running anywhere (waiting jobs wait for someone else).
+    pub async fn run(self: &Arc<Self>, stop: CancelFlag, until_idle: bool) -> WorkerStats {
+        let mut runners = Vec::new();
+        for index in 0..self.config.runners.max(1) {
+            let worker = self.clone();
+            let stop = stop.clone();
+            let owner = format!("{}-r{index}", self.config.name);
+            runners.push(tokio::spawn(async move {
+                worker.runner(owner, stop, until_idle).await
+            }));
+        }
+        for runner in runners {
+            if let Err(error) = runner.await {
+                tracing::error!("a runner task failed: {error}");
+            }
+        }
+        self.stats()
+    }
+
+    async fn runner(self: Arc<Self>, owner: String, stop: CancelFlag, until_idle: bool) {
+        while !stop.is_cancelled() {
+            match self
+                .store
+                .claim_next(&owner, self.config.lease.as_millis() as i64)
+            {
+                Ok(Some(claimed)) => self.run_claimed(&owner, claimed).await,
+                Ok(None) => {
+                    if until_idle && self.store.active_jobs().is_ok_and(|active| active == 0) {
+                        // Wake the other runners so they see it too.
+                        self.wake.notify_waiters();
+                        return;
+                    }
+                    self.idle().await;
+                }
+                Err(error) => {
+                    tracing::error!("cannot claim a job: {error}");
+                    self.idle().await;
+                }
+            }
+        }
+    }
+
+    async fn idle(&self) {
+        tokio::select! {
+            () = self.wake.notified() => {}
+            () = tokio::time::sleep(self.config.idle_poll) => {}
+        }
+    }
+
+    async fn run_claimed(&self, owner: &str, claimed: ClaimedJob) {
+        let ClaimedJob { mut state, resume } = claimed;
+        let cancel = CancelFlag::default();
+        let lease_lost = CancelFlag::default();
+        let keeper = self.keep_lease(&state.id, owner, cancel.clone(), lease_lost.clone());
+        let recorder = Recorder {
+            events: Mutex::new(Vec::new()),
+            forward: self.observer.clone(),
+        };
+        let run = self
+            .engine
+            .run(&mut state, resume, &recorder, &cancel)
+            .await;
+        keeper.abort();
+        let mut events = recorder.take();
+        if let Err(refused) = run {
+            // A job the engine cannot run would otherwise be claimed again forever.
+            tracing::error!(job = %state.id, "the engine refused the job: {refused}");
+            state.status = JobStatus::Error;
+            state.wait = None;
+            state.result = Some(refused.to_string());
+            events.push(JobEvent::Finished {
+                status: JobStatus::Error,
+                detail: refused.to_string(),
+            });
+        }
+        let mut stats = WorkerStats {
+            runs: 1,
+            ..WorkerStats::default()
+        };
+        match self.store.save(&state, &events, owner) {
+            Ok(()) => {
+                if state.status == JobStatus::Completed || state.status.is_final() {
+                    // A parent may have become runnable.
+                    self.wake.notify_waiters();
+                }
+            }
+            Err(StoreError::LeaseLost { .. }) => {
+                stats.lost_leases = 1;
+                tracing::warn!(job = %state.id, "lost the lease mid-run; another runner has the job");
+            }
+            Err(error) => tracing::error!(job = %state.id, "cannot save the job: {error}"),
+        }
+        if lease_lost.is_cancelled() {
+            stats.lost_leases = 1;
+        }
+        let mut total = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        total.runs += stats.runs;
+        total.lost_leases += stats.lost_leases;
+    }
+
+    /// Renews the lease every third of its length; a cancel request or a lost lease stops the
+    /// run at its next step.
+    fn keep_lease(
+        &self,
+        job: &str,
+        owner: &str,
+        cancel: CancelFlag,
+        lease_lost: CancelFlag,
+    ) -> tokio::task::JoinHandle<()> {
+        let (store, job, owner) = (self.store.clone(), job.to_owned(), owner.to_owned());
+        let lease = self.config.lease;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                match store.renew(&job, &owner, lease.as_millis() as i64) {
+                    Ok(false) => {}
+                    Ok(true) => cancel.cancel(),
+                    Err(error) => {
+                        tracing::warn!(%job, "cannot renew the lease: {error}");
+                        lease_lost.cancel();
+                        cancel.cancel();
+                        return;
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Keeps a run's events for the save, and shows them to the worker's observer.
+struct Recorder {
+    events: Mutex<Vec<JobEvent>>,
+    forward: Option<Arc<dyn Observer>>,
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<JobEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Observer for Recorder {
+    fn on_event(&self, job_id: &str, event: &JobEvent) {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event.clone());
+        if let Some(forward) = &self.forward {
+            forward.on_event(job_id, event);
+        }
+    }
+}

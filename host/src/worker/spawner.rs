@@ -1,0 +1,137 @@
+//! `host.spawn-subtask` served by the store: a child job is a row with its parent set, run by
+//! the same workers as every other job.
+//!
+//! Invariant: spawning is idempotent per call: the child's id is derived from the parent job,
+//! the call id and the spawn's index within the call, so a call that runs again (after a crash,
+//! or a resume) finds the child it already started instead of starting another.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use crate::engine::{ChildJobs, JobState};
+use crate::piece::Piece;
+use crate::plugin::{SpawnContext, SubtaskSpawner};
+use crate::store::{JobStore, StoreError};
+
+/// What a child job needs from its piece.
+#[derive(Debug, Clone)]
+struct PieceEntry {
+    initial_movement: String,
+    origin: String,
+}
+
+pub struct StoreSpawner {
+    store: Arc<dyn JobStore>,
+    pieces: BTreeMap<String, PieceEntry>,
+    wake: Arc<Notify>,
+}
+
+impl StoreSpawner {
+    pub fn new<'a>(
+        store: Arc<dyn JobStore>,
+        pieces: impl IntoIterator<Item = &'a Piece>,
+        wake: Arc<Notify>,
+    ) -> Self {
+        let pieces = pieces
+            .into_iter()
+            .map(|piece| {
+                let entry = PieceEntry {
+                    initial_movement: piece.initial_movement.value.clone(),
+                    origin: piece.origin.display().to_string(),
+                };
+                (piece.name.value.clone(), entry)
+            })
+            .collect();
+        Self {
+            store,
+            pieces,
+            wake,
+        }
+    }
+
+    fn spawn_now(
+        &self,
+        parent: &SpawnContext,
+        piece: &str,
+        input: String,
+    ) -> Result<String, String> {
+        let entry = self.pieces.get(piece).ok_or_else(|| {
+            let known: Vec<&str> = self.pieces.keys().map(String::as_str).collect();
+            format!(
+                "no piece named `{piece}`; known pieces: {}",
+                known.join(", ")
+            )
+        })?;
+        let id = child_id(&parent.job_id, &parent.call_id, parent.index);
+        match self.store.load(&id) {
+            Ok((existing, _)) if existing.parent.as_deref() == Some(parent.job_id.as_str()) => {
+                return Ok(id);
+            }
+            Ok(_) => return Err(format!("job id {id} is already taken by another job")),
+            Err(StoreError::NotFound(_)) => {}
+            Err(error) => return Err(error.to_string()),
+        }
+        let mut child = JobState::new(id.clone(), piece, &entry.initial_movement, input);
+        child.parent = Some(parent.job_id.clone());
+        child.piece_origin = entry.origin.clone();
+        self.store
+            .create(&child)
+            .map_err(|error| error.to_string())?;
+        self.wake.notify_waiters();
+        Ok(id)
+    }
+}
+
+/// `job-` and 32 hex digits of SHA-256 over the parent, the call and the index.
+fn child_id(parent: &str, call_id: &str, index: u32) -> String {
+    let digest = Sha256::digest(format!("{parent}\n{call_id}\n{index}").as_bytes());
+    format!("job-{}", &hex::encode(digest)[..32])
+}
+
+impl SubtaskSpawner for StoreSpawner {
+    fn spawn(
+        &self,
+        parent: SpawnContext,
+        piece: String,
+        input: String,
+    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> {
+        let result = self.spawn_now(&parent, &piece, input);
+        Box::pin(async move { result })
+    }
+}
+
+impl ChildJobs for StoreSpawner {
+    fn children(&self, parent: &str) -> Vec<String> {
+        self.store.children(parent).unwrap_or_else(|error| {
+            tracing::error!(%parent, "cannot list child jobs: {error}");
+            Vec::new()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::child_id;
+
+    #[test]
+    fn child_ids_are_stable_per_call_and_index() {
+        assert_eq!(
+            child_id("job-a", "call-1", 0),
+            child_id("job-a", "call-1", 0)
+        );
+        assert_ne!(
+            child_id("job-a", "call-1", 0),
+            child_id("job-a", "call-1", 1)
+        );
+        assert_ne!(
+            child_id("job-a", "call-1", 0),
+            child_id("job-b", "call-1", 0)
+        );
+        assert_eq!(child_id("job-a", "call-1", 0).len(), 4 + 32);
+    }
+}
