@@ -44,6 +44,10 @@ conversations:
       - tool_calls: [{ name: sleep, arguments: { ms: 300 } }]
       - tool_calls: [{ name: sleep, arguments: { ms: 300 } }]
       - tool_calls: [{ name: complete, arguments: { status: done, summary: "slow job done" } }]
+  - input_contains: "nobody answers"
+    turns:
+      - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Anyone?" } }]
+      - tool_calls: [{ name: complete, arguments: { status: done, summary: "no answer came in time" } }]
   - input_contains: "question"
     turns:
       - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Which one?" } }]
@@ -312,4 +316,34 @@ fn a_worker_killed_mid_batch_loses_nothing_and_nothing_ends_twice() {
             "{id} was not touched"
         );
     }
+}
+
+#[test]
+fn a_wait_with_an_expiry_resumes_with_expired() {
+    let workspace = Workspace::new();
+    let id = workspace.start("ask", "a question nobody answers");
+    let worker = workspace
+        .worker(&["--wait-expiry-ms", "300", "--until-idle"])
+        .spawn()
+        .unwrap();
+    let output = finish(worker, Duration::from_secs(60));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let store = workspace.store();
+    let (state, status) = store.load(&id).unwrap();
+    assert_eq!(status, JobStatus::Completed, "{state:?}");
+    assert_eq!(state.result.as_deref(), Some("no answer came in time"));
+    let resumed = store.events(&id, 0).unwrap().into_iter().any(|e| {
+        matches!(
+            e.event,
+            JobEvent::Resumed {
+                resume: Resume::Expired,
+                ..
+            }
+        )
+    });
+    assert!(resumed, "the parked call was re-invoked with `expired`");
 }

@@ -118,6 +118,7 @@ fn store_only(store: &StoreOption) -> Result<Setup, Failure> {
         plugins: None,
         pieces: None,
         policy: None,
+        wait_expiry_ms: None,
         store: store.clone(),
     })
 }

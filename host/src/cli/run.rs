@@ -104,6 +104,7 @@ pub async fn drive(
         .run(&mut job, claimed.resume, &printer, &cancel)
         .await;
     interrupt.abort();
+    job.wait_expires_at_ms = crate::worker::expiry_for(&job, setup.wait_expiry);
     // Saved before anything is reported, also when the run was refused (the claim is released).
     store
         .save(&job, &printer.take_events(), &owner)

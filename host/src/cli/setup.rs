@@ -37,6 +37,10 @@ pub struct EngineOptions {
     /// Operator policy (TOML); without it every plugin runs deny-by-default.
     #[arg(long, value_name = "FILE", env = "MAESTRO_POLICY")]
     pub policy: Option<PathBuf>,
+    /// A job that parks here is resumed with `expired` after this long, unless answered first
+    /// (a worker applies it). Without it, waits last until answered.
+    #[arg(long, value_name = "MS")]
+    pub wait_expiry_ms: Option<u64>,
     #[command(flatten)]
     pub store: StoreOption,
 }
@@ -74,6 +78,7 @@ pub struct Setup {
     has_model_table: bool,
     /// Woken when this process creates a job (a subtask), so its runners start at once.
     pub wake: Arc<Notify>,
+    pub wait_expiry: Option<std::time::Duration>,
 }
 
 impl Setup {
@@ -123,6 +128,7 @@ impl Setup {
             store,
             has_model_table: file.model.is_some(),
             wake: Arc::new(Notify::new()),
+            wait_expiry: options.wait_expiry_ms.map(std::time::Duration::from_millis),
         })
     }
 

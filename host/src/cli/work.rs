@@ -42,6 +42,7 @@ pub async fn execute(command: &WorkCommand, runtime: Runtime) -> Result<(), Fail
     let config = WorkerConfig {
         runners: command.runners.max(1),
         lease: Duration::from_millis(command.lease_ms),
+        wait_expiry: setup.wait_expiry,
         ..WorkerConfig::default()
     };
     let worker = Arc::new(

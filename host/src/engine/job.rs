@@ -225,6 +225,10 @@ pub struct JobState {
     pub parks: u32,
     pub conversation: Vec<Message>,
     pub wait: Option<Wait>,
+    /// When the current wait expires (Unix ms); the job is then resumed with `expired`. Set by
+    /// whoever keeps the job (the engine has no clock).
+    #[serde(default)]
+    pub wait_expires_at_ms: Option<i64>,
     /// Child jobs spawned by this job, oldest first.
     pub children: Vec<String>,
     /// The final output (completed) or reason (aborted, cancelled, error).
@@ -252,6 +256,7 @@ impl JobState {
             asks: 0,
             parks: 0,
             wait: None,
+            wait_expires_at_ms: None,
             children: Vec::new(),
             result: None,
         }

@@ -226,6 +226,7 @@ impl Engine {
         }
         job.status = JobStatus::Running;
         job.wait = None;
+        job.wait_expires_at_ms = None;
         let cx = agent_loop::LoopContext {
             model: self.model.as_ref(),
             catalog: &self.catalog,

@@ -123,7 +123,11 @@ pub trait JobStore: Send + Sync {
     /// The child jobs of `parent`, oldest first.
     fn children(&self, parent: &str) -> Result<Vec<String>, StoreError>;
 
-    /// Jobs that are pending or running: work that some runner has or will have.
+    /// Resumes every wait whose expiry has passed with `expired`; returns how many.
+    fn expire_waits(&self) -> Result<usize, StoreError>;
+
+    /// Jobs that some runner has or will have without anyone's help: pending, running, and
+    /// waiting with an expiry.
     fn active_jobs(&self) -> Result<usize, StoreError>;
 
     /// Jobs, newest first, optionally only those with `status`.

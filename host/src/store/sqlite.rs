@@ -24,6 +24,7 @@ CREATE TABLE jobs (
     parent          TEXT,
     parked_plugin   TEXT,
     pending_resume  TEXT,
+    wait_expires_at_ms INTEGER,
     state           TEXT NOT NULL,
     lease_owner     TEXT,
     lease_until_ms  INTEGER,
@@ -228,7 +229,7 @@ impl SqliteStore {
         let still_running = job.status == JobStatus::Running;
         tx.execute(
             "UPDATE jobs SET status = ?2, movement = ?3, wait_reason = ?4, parked_plugin = ?5, \
-             pending_resume = NULL, state = ?6, updated_at_ms = ?7, \
+             pending_resume = NULL, state = ?6, updated_at_ms = ?7, wait_expires_at_ms = ?10, \
              lease_owner = CASE WHEN ?8 THEN lease_owner END, \
              lease_until_ms = CASE WHEN ?8 THEN lease_until_ms END \
              WHERE id = ?1 AND (?9 IS NULL OR lease_owner = ?9)",
@@ -241,7 +242,8 @@ impl SqliteStore {
                 state,
                 at,
                 still_running,
-                owner
+                owner,
+                job.wait.as_ref().and(job.wait_expires_at_ms)
             ],
         )
         .map_err(|e| self.db_error(e))
@@ -371,11 +373,27 @@ impl JobStore for SqliteStore {
         })
     }
 
+    fn expire_waits(&self) -> Result<usize, StoreError> {
+        let at = now_ms();
+        let expired = serde_json::to_string(&Resume::Expired).map_err(|e| self.db_error(e))?;
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?1 \
+                 WHERE status IN ('waiting_human', 'waiting_subtasks') \
+                 AND pending_resume IS NULL AND wait_expires_at_ms <= ?1",
+                params![at, expired],
+            )
+            .map_err(|e| self.db_error(e))
+        })
+    }
+
     fn active_jobs(&self) -> Result<usize, StoreError> {
         let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         connection
             .query_row(
-                "SELECT COUNT(*) FROM jobs WHERE status IN ('pending', 'running')",
+                "SELECT COUNT(*) FROM jobs WHERE status IN ('pending', 'running') \
+                 OR (status IN ('waiting_human', 'waiting_subtasks') \
+                     AND wait_expires_at_ms IS NOT NULL)",
                 [],
                 |row| row.get::<_, i64>(0),
             )

@@ -146,8 +146,15 @@ fn cancel_ends_a_waiting_job_but_not_a_finished_one() {
     let (_dir, store) = store();
     store.create(&job("j1")).unwrap();
     store.claim("j1", "r", 60_000).unwrap();
-    let running = store.cancel("j1", "too early").unwrap_err();
-    assert!(running.to_string().contains("running"), "{running}");
+    // A live run is asked to stop; its runner sees the request when it renews its lease.
+    assert_eq!(
+        store.cancel("j1", "stop").unwrap(),
+        crate::store::CancelOutcome::Requested
+    );
+    assert!(
+        store.renew("j1", "r", 60_000).unwrap(),
+        "the runner learns of the request"
+    );
     store.save(&parked(job("j1")), &[], "r").unwrap();
     store.cancel("j1", "operator said stop").unwrap();
     let (state, status) = store.load("j1").unwrap();
@@ -194,4 +201,30 @@ fn a_store_from_a_newer_maestro_is_refused() {
         error.contains("schema version 99") && error.contains("jobs.db"),
         "{error}"
     );
+}
+
+#[test]
+fn an_expired_wait_resumes_with_expired_and_an_answered_one_does_not() {
+    let (_dir, store) = store();
+    for id in ["late", "answered", "forever"] {
+        store.create(&job(id)).unwrap();
+        store.claim(id, "r", 60_000).unwrap();
+        let mut parked = parked(job(id));
+        parked.wait_expires_at_ms = (id != "forever").then_some(0);
+        store.save(&parked, &[], "r").unwrap();
+    }
+    assert_eq!(
+        store.active_jobs().unwrap(),
+        2,
+        "expiring waits come back by themselves"
+    );
+    store
+        .answer("answered", &Resume::Answered("on time".into()), None)
+        .unwrap();
+    assert_eq!(store.expire_waits().unwrap(), 1);
+    let late = store.claim("late", "r", 60_000).unwrap().unwrap();
+    assert_eq!(late.resume, Some(Resume::Expired));
+    let answered = store.claim("answered", "r", 60_000).unwrap().unwrap();
+    assert_eq!(answered.resume, Some(Resume::Answered("on time".into())));
+    assert_eq!(store.load("forever").unwrap().1, JobStatus::WaitingHuman);
 }

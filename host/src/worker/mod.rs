@@ -30,6 +30,8 @@ pub struct WorkerConfig {
     pub idle_poll: Duration,
     /// Names this worker's runners in the store's leases.
     pub name: String,
+    /// How long a wait lasts before the job is resumed with `expired`; `None`: for ever.
+    pub wait_expiry: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -39,6 +41,7 @@ impl Default for WorkerConfig {
             lease: Duration::from_secs(30),
             idle_poll: Duration::from_millis(100),
             name: format!("worker-{}", std::process::id()),
+            wait_expiry: None,
         }
     }
 }
@@ -116,6 +119,11 @@ impl Worker {
             {
                 Ok(Some(claimed)) => self.run_claimed(&owner, claimed).await,
                 Ok(None) => {
+                    match self.store.expire_waits() {
+                        Ok(0) => {}
+                        Ok(_) => continue,
+                        Err(error) => tracing::error!("cannot expire waits: {error}"),
+                    }
                     if until_idle && self.store.active_jobs().is_ok_and(|active| active == 0) {
                         // Wake the other runners so they see it too.
                         self.wake.notify_waiters();
@@ -164,6 +172,7 @@ impl Worker {
                 detail: refused.to_string(),
             });
         }
+        state.wait_expires_at_ms = expiry_for(&state, self.config.wait_expiry);
         let mut stats = WorkerStats {
             runs: 1,
             ..WorkerStats::default()
@@ -216,6 +225,15 @@ impl Worker {
             }
         })
     }
+}
+
+/// When a job that just parked should be resumed with `expired`.
+pub fn expiry_for(job: &crate::engine::JobState, expiry: Option<Duration>) -> Option<i64> {
+    let expiry = expiry.filter(|_| job.status.is_waiting())?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some((now + expiry).as_millis() as i64)
 }
 
 /// Keeps a run's events for the save, and shows them to the worker's observer.

@@ -1,0 +1,129 @@
+//! What parked jobs cost a worker (`cargo bench -p maestro-benches --bench parked_memory`):
+//! parks 100,000 jobs in a store, then runs a worker over that store, and prints the worker's
+//! resident memory before and after, and what the store file holds. A parked job is a row:
+//! the worker's memory does not grow with the number of parked jobs.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use maestro::engine::{CancelFlag, Engine, EngineLimits, JobStatus, ToolCatalog};
+use maestro::llm::ScriptedModel;
+use maestro::piece::parse_piece;
+use maestro::plugin::{PluginPolicy, Runtime, RuntimeConfig};
+use maestro::store::{JobStore, SqliteStore};
+use maestro::worker::{Worker, WorkerConfig};
+
+const JOBS: usize = 100_000;
+const PIECE: &str = "name: chat\ninitial_movement: chat\nmax_movements: 1\nmovements:\n  - name: chat\n    instructions: Ask.\n    tools: [complete]\n";
+const SCRIPT: &str = "turns:\n  - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: \"Which city?\" } }]\n";
+
+fn resident_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with("VmRSS:"))
+                .and_then(|line| line.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter that names another bench skips this one.
+    if std::env::args()
+        .skip(1)
+        .any(|arg| !arg.starts_with('-') && !"parked_memory".contains(&arg))
+    {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let complete = rt
+        .block_on(runtime.load_file(
+            Path::new(maestro_plugins::COMPLETE),
+            PluginPolicy::default(),
+        ))
+        .unwrap();
+    let catalog = Arc::new(ToolCatalog::new([Arc::new(complete)]).unwrap());
+    let model = Arc::new(ScriptedModel::parse(SCRIPT, "bench-script.yaml").unwrap());
+    let piece = parse_piece(PIECE, "bench-piece.yaml").unwrap();
+    let engine = Arc::new(Engine::new(model, catalog, [piece], EngineLimits::default()).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("jobs.db")).unwrap());
+
+    let idle = resident_kib();
+    // Park the jobs through a real worker: create them pending, let 2 runners take them.
+    let started = Instant::now();
+    for n in 0..JOBS {
+        let job = engine
+            .new_job(format!("job-{n:08}"), "chat", "hello".into())
+            .unwrap();
+        store.create(&job).unwrap();
+    }
+    let created = started.elapsed();
+    let worker = Arc::new(Worker::new(
+        store.clone(),
+        engine.clone(),
+        WorkerConfig {
+            runners: 2,
+            idle_poll: Duration::from_millis(5),
+            ..WorkerConfig::default()
+        },
+        Arc::new(tokio::sync::Notify::new()),
+    ));
+    let parking = Instant::now();
+    let stats = rt.block_on(worker.run(CancelFlag::default(), true));
+    let parked_in = parking.elapsed();
+    let waiting = store
+        .list(Some(JobStatus::WaitingHuman), JOBS + 1)
+        .unwrap()
+        .len();
+    assert_eq!(waiting, JOBS);
+    let after = resident_kib();
+    // A worker over the full store, idle: what it holds while 100,000 jobs wait.
+    let idle_worker = Arc::new(Worker::new(
+        store.clone(),
+        engine.clone(),
+        WorkerConfig::default(),
+        Arc::new(tokio::sync::Notify::new()),
+    ));
+    let stop = CancelFlag::default();
+    let stopper = stop.clone();
+    rt.spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stopper.cancel();
+    });
+    rt.block_on(idle_worker.run(stop, false));
+    let idle_after = resident_kib();
+    let file = std::fs::metadata(dir.path().join("jobs.db")).map_or(0, |m| m.len())
+        + std::fs::metadata(dir.path().join("jobs.db-wal")).map_or(0, |m| m.len());
+
+    println!(
+        "parked_memory: {JOBS} jobs created in {created:.2?}, parked by 2 runners in {parked_in:.2?} ({} runs, {:.0} jobs/s)",
+        stats.runs,
+        JOBS as f64 / parked_in.as_secs_f64()
+    );
+    println!(
+        "parked_memory: resident before {} MiB, after parking {} MiB, idle worker over the full store {} MiB",
+        idle / 1024,
+        after / 1024,
+        idle_after / 1024
+    );
+    println!(
+        "parked_memory: the store file holds them in {} MiB ({} bytes per parked job)",
+        file / (1 << 20),
+        file / JOBS as u64
+    );
+}
