@@ -187,7 +187,12 @@ fn list_loads_a_folder_and_reports_what_fails() {
     };
     assert_eq!(row("browse_web")["tools"], json!(["BrowseWeb"]));
     assert_eq!(row("wait_subtask")["tools"], json!(["WaitSubTask"]));
-    assert_eq!(rows.len(), 4, "only the first-party plugins: {rows:?}");
+    assert_eq!(row("spawn_subtask")["tools"], json!(["SpawnSubTask"]));
+    assert_eq!(
+        rows.len(),
+        artifacts::FIRST_PARTY.len(),
+        "only the first-party plugins: {rows:?}"
+    );
 
     let (output, json) = run(&["plugin", "list", artifacts::TEST_DIR]);
     assert!(output.status.success(), "{}", stderr(&output));

@@ -94,13 +94,16 @@ pub enum ScriptError {
     },
 }
 
+/// How many of the latest requests a scripted model keeps for inspection.
+pub const KEPT_REQUESTS: usize = 64;
+
 /// Replays the turns of a script; see the module documentation for the format.
 #[derive(Debug)]
 pub struct ScriptedModel {
     origin: String,
     conversations: Vec<Conversation>,
     turns: Vec<ScriptTurn>,
-    seen: Mutex<Vec<ChatRequest>>,
+    seen: Mutex<std::collections::VecDeque<ChatRequest>>,
 }
 
 impl ScriptedModel {
@@ -155,14 +158,16 @@ impl ScriptedModel {
             origin,
             conversations: script.conversations,
             turns: script.turns,
-            seen: Mutex::new(Vec::new()),
+            seen: Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
-    /// Every request this model answered (or refused), oldest first: what tests inspect to see
-    /// what the model was shown.
+    /// The last [`KEPT_REQUESTS`] requests this model answered (or refused), oldest first: what
+    /// tests inspect to see what the model was shown. Bounded, so a worker that plays a script
+    /// for ever does not keep every conversation it ever saw.
     pub fn requests(&self) -> Vec<ChatRequest> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.iter().cloned().collect()
     }
 
     pub fn turn_count(&self) -> usize {
@@ -177,10 +182,13 @@ impl Model for ScriptedModel {
     }
 
     async fn reply(&self, request: &ChatRequest) -> Result<Reply, ModelError> {
-        self.seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(request.clone());
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if seen.len() == KEPT_REQUESTS {
+                seen.pop_front();
+            }
+            seen.push_back(request.clone());
+        }
         let played = request
             .messages
             .iter()

@@ -18,9 +18,15 @@ fn pieces_dir() -> PathBuf {
 
 #[test]
 fn example_pieces_load_and_lint_clean() {
-    let known_tools: BTreeSet<String> = ["complete", "BrowseWeb", "RequestTool", "WaitSubTask"]
-        .map(str::to_owned)
-        .into();
+    let known_tools: BTreeSet<String> = [
+        "complete",
+        "BrowseWeb",
+        "RequestTool",
+        "WaitSubTask",
+        "SpawnSubTask",
+    ]
+    .map(str::to_owned)
+    .into();
     let (pieces, errors) = load_dir(pieces_dir());
     assert!(errors.is_empty(), "{errors:#?}");
     let mut names: Vec<&str> = pieces

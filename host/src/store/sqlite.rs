@@ -33,7 +33,7 @@ CREATE TABLE jobs (
     updated_at_ms   INTEGER NOT NULL
 );
 CREATE INDEX jobs_by_status ON jobs (status, updated_at_ms);
-CREATE INDEX jobs_by_lease ON jobs (status, lease_until_ms);
+CREATE INDEX jobs_by_expiry ON jobs (wait_expires_at_ms) WHERE wait_expires_at_ms IS NOT NULL;
 CREATE INDEX jobs_by_parent ON jobs (parent);
 CREATE TABLE events (
     job_id  TEXT NOT NULL,
@@ -46,6 +46,33 @@ CREATE TABLE events (
 
 #[path = "sqlite_tree.rs"]
 mod tree;
+
+/// Every statement through SQLite's prepared-statement cache: parsing SQL anew for each call
+/// was a large share of a park/resume cycle.
+trait Cached {
+    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+    fn row_cached<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        read: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T>;
+}
+
+impl Cached for Connection {
+    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+
+    fn row_cached<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        read: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.prepare_cached(sql)?.query_row(params, read)
+    }
+}
 
 pub use tree::CancelOutcome;
 
@@ -82,10 +109,12 @@ impl SqliteStore {
                 .map_err(|e| fail(format!("cannot create {}: {e}", parent.display())))?;
         }
         let mut connection = Connection::open(&path).map_err(|e| fail(e.to_string()))?;
+        connection.set_prepared_statement_cache_capacity(64);
         connection
             .execute_batch(
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                 PRAGMA busy_timeout = 10000;",
+                 PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384; \
+                 PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4000;",
             )
             .map_err(|e| fail(e.to_string()))?;
         let version: usize = connection
@@ -133,16 +162,35 @@ impl SqliteStore {
     }
 
     /// Runs `body` in an IMMEDIATE transaction, committing only if it succeeds.
+    ///
+    /// BEGIN, COMMIT and ROLLBACK are cached statements: parsing them afresh for every
+    /// transaction (what `rusqlite::Transaction` does) was a sixth of a park/resume cycle.
     fn write<T>(
         &self,
-        body: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
+        body: impl FnOnce(&rusqlite::Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        let tx = connection
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.db_error(e))?;
-        let value = body(&tx)?;
-        tx.commit().map_err(|e| self.db_error(e))?;
+        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let run = |sql: &str| {
+            connection
+                .prepare_cached(sql)
+                .and_then(|mut statement| statement.execute([]))
+                .map_err(|e| self.db_error(e))
+        };
+        run("BEGIN IMMEDIATE")?;
+        // Rolls back on every way out but a successful commit, a panic included, so the shared
+        // connection is never left inside a transaction.
+        struct Open<'c>(&'c rusqlite::Connection, bool);
+        impl Drop for Open<'_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    let _ = self.0.execute_batch("ROLLBACK");
+                }
+            }
+        }
+        let mut open = Open(&connection, false);
+        let value = body(&connection)?;
+        run("COMMIT")?;
+        open.1 = true;
         Ok(value)
     }
 
@@ -153,7 +201,7 @@ impl SqliteStore {
         id: &str,
     ) -> Result<(JobStatus, JobState, Option<String>, Option<i64>), StoreError> {
         let row = tx
-            .query_row(
+            .row_cached(
                 "SELECT status, state, pending_resume, lease_until_ms FROM jobs WHERE id = ?1",
                 [id],
                 |row| {
@@ -185,7 +233,7 @@ impl SqliteStore {
             return Ok(());
         }
         let last: i64 = tx
-            .query_row(
+            .row_cached(
                 "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1",
                 [id],
                 |row| row.get(0),
@@ -227,7 +275,7 @@ impl SqliteStore {
             crate::engine::ResumePoint::EnterMovement => None,
         });
         let still_running = job.status == JobStatus::Running;
-        tx.execute(
+        tx.exec_cached(
             "UPDATE jobs SET status = ?2, movement = ?3, wait_reason = ?4, parked_plugin = ?5, \
              pending_resume = NULL, state = ?6, updated_at_ms = ?7, wait_expires_at_ms = ?10, \
              lease_owner = CASE WHEN ?8 THEN lease_owner END, \
@@ -269,7 +317,7 @@ impl SqliteStore {
             .map(|text| serde_json::from_str::<Resume>(&text))
             .transpose()
             .map_err(|e| self.corrupt(id, e))?;
-        tx.execute(
+        tx.exec_cached(
             "UPDATE jobs SET status = 'running', lease_owner = ?2, lease_until_ms = ?3, \
              updated_at_ms = ?4 WHERE id = ?1",
             params![id, owner, at + lease_ms, at],
@@ -284,7 +332,7 @@ impl JobStore for SqliteStore {
         let state = serde_json::to_string(job).map_err(|e| self.db_error(e))?;
         let at = now_ms();
         self.write(|tx| {
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO jobs (id, piece, status, movement, parent, state, created_at_ms, \
                  updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6, ?6)",
                 params![job.id, job.piece, job.movement, job.parent, state, at],
@@ -333,8 +381,9 @@ impl JobStore for SqliteStore {
                     message,
                 })?;
             let resume = serde_json::to_string(resume).map_err(|e| self.db_error(e))?;
-            tx.execute(
-                "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?3 \
+            tx.exec_cached(
+                "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?3, \
+             wait_expires_at_ms = NULL \
                  WHERE id = ?1",
                 params![id, resume, at],
             )
@@ -356,16 +405,28 @@ impl JobStore for SqliteStore {
     fn claim_next(&self, owner: &str, lease_ms: i64) -> Result<Option<ClaimedJob>, StoreError> {
         let at = now_ms();
         self.write(|tx| {
-            let next: Option<String> = tx
-                .query_row(
+            // Two indexed look-ups rather than one query with OR, which would scan every row:
+            // a store holds many parked jobs and few runnable ones.
+            let mut next: Option<String> = tx
+                .row_cached(
                     "SELECT id FROM jobs WHERE status = 'pending' \
-                     OR (status = 'running' AND lease_until_ms < ?1) \
                      ORDER BY updated_at_ms, id LIMIT 1",
-                    [at],
+                    [],
                     |row| row.get(0),
                 )
                 .optional()
                 .map_err(|e| self.db_error(e))?;
+            if next.is_none() {
+                next = tx
+                    .row_cached(
+                        "SELECT id FROM jobs WHERE status = 'running' AND lease_until_ms < ?1 \
+                         ORDER BY updated_at_ms, id LIMIT 1",
+                        [at],
+                        |row| row.get(0),
+                    )
+                    .optional()
+                    .map_err(|e| self.db_error(e))?;
+            }
             match next {
                 Some(id) => self.claim_in(tx, &id, owner, lease_ms, at),
                 None => Ok(None),
@@ -377,10 +438,11 @@ impl JobStore for SqliteStore {
         let at = now_ms();
         let expired = serde_json::to_string(&Resume::Expired).map_err(|e| self.db_error(e))?;
         self.write(|tx| {
-            tx.execute(
-                "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?1 \
-                 WHERE status IN ('waiting_human', 'waiting_subtasks') \
-                 AND pending_resume IS NULL AND wait_expires_at_ms <= ?1",
+            tx.exec_cached(
+                "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?1, \
+                 wait_expires_at_ms = NULL \
+                 WHERE wait_expires_at_ms <= ?1 AND pending_resume IS NULL \
+                 AND status IN ('waiting_human', 'waiting_subtasks')",
                 params![at, expired],
             )
             .map_err(|e| self.db_error(e))
@@ -390,10 +452,11 @@ impl JobStore for SqliteStore {
     fn active_jobs(&self) -> Result<usize, StoreError> {
         let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         connection
-            .query_row(
-                "SELECT COUNT(*) FROM jobs WHERE status IN ('pending', 'running') \
-                 OR (status IN ('waiting_human', 'waiting_subtasks') \
-                     AND wait_expires_at_ms IS NOT NULL)",
+            .row_cached(
+                "SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'pending') \
+                 + (SELECT COUNT(*) FROM jobs WHERE status = 'running') \
+                 + (SELECT COUNT(*) FROM jobs WHERE wait_expires_at_ms IS NOT NULL \
+                    AND status IN ('waiting_human', 'waiting_subtasks'))",
                 [],
                 |row| row.get::<_, i64>(0),
             )
@@ -418,7 +481,7 @@ impl JobStore for SqliteStore {
         let at = now_ms();
         self.write(|tx| {
             let cancel_requested = tx
-                .query_row(
+                .row_cached(
                     "UPDATE jobs SET lease_until_ms = ?3 WHERE id = ?1 AND lease_owner = ?2 \
                      AND status = 'running' RETURNING cancel_requested",
                     params![id, owner, at + lease_ms],

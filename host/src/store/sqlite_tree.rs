@@ -7,7 +7,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::SqliteStore;
+use super::{Cached, SqliteStore};
 use crate::engine::{JobEvent, JobState, JobStatus, WaitRequest};
 use crate::plugin::{Resume, SubtaskResult, SubtaskStatus};
 use crate::store::StoreError;
@@ -45,7 +45,7 @@ impl SqliteStore {
         let mut results = Vec::new();
         for id in job_ids {
             let child = tx
-                .query_row(
+                .row_cached(
                     "SELECT status, state FROM jobs WHERE id = ?1",
                     [id],
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
@@ -73,8 +73,9 @@ impl SqliteStore {
         }
         let resume =
             serde_json::to_string(&Resume::SubtasksDone(results)).map_err(|e| self.db_error(e))?;
-        tx.execute(
-            "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?3 \
+        tx.exec_cached(
+            "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?3, \
+             wait_expires_at_ms = NULL \
              WHERE id = ?1",
             params![parent, resume, at],
         )
@@ -125,7 +126,7 @@ impl SqliteStore {
             }
         }
         if live_run {
-            tx.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?1", [id])
+            tx.exec_cached("UPDATE jobs SET cancel_requested = 1 WHERE id = ?1", [id])
                 .map_err(|e| self.db_error(e))?;
             return Ok(CancelOutcome::Requested);
         }

@@ -4,7 +4,9 @@
 //! an ordinary job on the host's workers.
 
 use maestro_guest::serde_json::{Value, json};
-use maestro_guest::{Call, Guest, Outcome, ToolError, ToolSpec, host, output_json, parse_args, spec};
+use maestro_guest::{
+    Call, Guest, Outcome, ToolError, ToolSpec, host, output_json, parse_args, spec,
+};
 use serde::Deserialize;
 
 const TOOL: &str = "SpawnSubTask";
