@@ -14,9 +14,10 @@
 use super::events::{JobEvent, Observer};
 use super::job::{JobState, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest};
 use super::piece_runner::{Guard, MovementResult};
+use super::prompt;
 use super::tools::{TRANSITION_TOOL, ToolCatalog};
 use super::{CancelFlag, ChildJobs, EngineLimits};
-use crate::llm::{ChatRequest, Message, Model, ToolCall, ToolDefinition};
+use crate::llm::{ChatRequest, Message, Model, ToolCall};
 use crate::piece::{DefaultNext, Movement, Next, Piece, Sentinel};
 use crate::plugin::{CallRequest, Outcome, Park, Plugin, Resume, Terminal};
 
@@ -63,7 +64,7 @@ pub(crate) async fn run_movement(
             return result;
         }
     }
-    let tools = tool_definitions(cx, movement);
+    let tools = prompt::tool_definitions(cx.catalog, movement);
     loop {
         if cx.cancel.is_cancelled() {
             return MovementResult::cancelled();
@@ -79,7 +80,7 @@ pub(crate) async fn run_movement(
         }
         job.turns += 1;
         let request = ChatRequest {
-            system: system_prompt(cx.piece, movement, job, cx.limits),
+            system: prompt::system_prompt(cx.piece, movement, job, cx.limits),
             messages: job.conversation.clone(),
             tools: tools.clone(),
         };
@@ -201,7 +202,7 @@ async fn run_call(
             "Tool `{}` is not available in movement `{}`. Available: {}.",
             call.name,
             job.movement,
-            available_tools(movement)
+            prompt::available_tools(movement)
         );
         answer(cx, job, &call.id, &call.name, note, true);
         return Flow::Continue;
@@ -412,7 +413,7 @@ fn transition(
     job: &mut JobState,
     call: &ToolCall,
 ) -> Flow {
-    let targets = transition_targets(movement);
+    let targets = prompt::transition_targets(movement);
     let chosen = serde_json::from_str::<serde_json::Value>(&call.arguments)
         .ok()
         .and_then(|arguments| arguments.get("next")?.as_str().map(str::to_owned))
@@ -517,111 +518,4 @@ fn answer(
         None => job.conversation.len(),
     };
     job.conversation.insert(at, message);
-}
-
-fn transition_targets(movement: &Movement) -> Vec<String> {
-    let mut targets: Vec<String> = Vec::new();
-    for rule in &movement.rules {
-        if !targets.contains(&rule.next.value) {
-            targets.push(rule.next.value.clone());
-        }
-    }
-    targets
-}
-
-fn available_tools(movement: &Movement) -> String {
-    let mut names: Vec<String> = movement
-        .tools
-        .iter()
-        .map(|tool| format!("`{}`", tool.value))
-        .collect();
-    if !movement.rules.is_empty() {
-        names.push(format!("`{TRANSITION_TOOL}`"));
-    }
-    if names.is_empty() {
-        "none".to_owned()
-    } else {
-        names.join(", ")
-    }
-}
-
-/// The movement's tools as the model sees them, plus the transition tool when there are rules.
-pub(crate) fn tool_definitions(cx: &LoopContext<'_>, movement: &Movement) -> Vec<ToolDefinition> {
-    let mut tools: Vec<ToolDefinition> = movement
-        .tools
-        .iter()
-        .filter_map(|tool| cx.catalog.spec(&tool.value))
-        .map(|spec| ToolDefinition {
-            name: spec.name.clone(),
-            description: spec.description.clone(),
-            parameters: spec.parameters.clone(),
-        })
-        .collect();
-    if movement.rules.is_empty() {
-        return tools;
-    }
-    let mut description = format!(
-        "Leave movement `{}` for the next step. Set `next` to the option whose condition holds:",
-        movement.name.value
-    );
-    for rule in &movement.rules {
-        description.push_str(&format!(
-            "\n- `{}`: {}",
-            rule.next.value, rule.condition.value
-        ));
-        if rule.next.value == Sentinel::WaitSubtasks.as_str() {
-            description.push_str(" (the job waits for its subtasks, then continues)");
-        }
-    }
-    tools.push(ToolDefinition {
-        name: TRANSITION_TOOL.to_owned(),
-        description,
-        parameters: serde_json::json!({
-            "type": "object",
-            "properties": {
-                "next": { "type": "string", "enum": transition_targets(movement) },
-                "reason": { "type": "string", "description": "Why this option, in one sentence." }
-            },
-            "required": ["next"],
-            "additionalProperties": false
-        }),
-    });
-    tools
-}
-
-fn system_prompt(
-    piece: &Piece,
-    movement: &Movement,
-    job: &JobState,
-    limits: &EngineLimits,
-) -> String {
-    let mut prompt = format!("You are running the piece `{}`.", piece.name.value);
-    if !piece.description.trim().is_empty() {
-        prompt.push_str(&format!(" {}", piece.description.trim()));
-    }
-    prompt.push_str(&format!(
-        "\n\nCurrent movement: `{}` (movement {} of at most {}).\n\n{}",
-        movement.name.value,
-        job.movements_entered,
-        piece.max_movements.value,
-        movement.instructions.trim()
-    ));
-    let ending = match (movement.rules.is_empty(), movement.default_next.as_ref()) {
-        (false, _) => format!(
-            "When this movement's work is done, call `{TRANSITION_TOOL}` with the next step."
-        ),
-        (true, Some(next)) => format!(
-            "When this movement's work is done, reply with text only; the piece then continues \
-             with `{}`.",
-            next.value
-        ),
-        (true, None) => {
-            "This movement ends only through a tool call (for example `complete`).".to_owned()
-        }
-    };
-    prompt.push_str(&format!(
-        "\n\n{ending} You have at most {} model turns in this movement.",
-        limits.max_iterations
-    ));
-    prompt
 }

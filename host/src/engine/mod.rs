@@ -11,6 +11,7 @@ mod agent_loop;
 mod events;
 mod job;
 mod piece_runner;
+mod prompt;
 mod tools;
 
 use std::collections::BTreeMap;

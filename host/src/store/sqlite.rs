@@ -428,7 +428,21 @@ impl JobStore for SqliteStore {
                     .map_err(|e| self.db_error(e))?;
             }
             match next {
-                Some(id) => self.claim_in(tx, &id, owner, lease_ms, at),
+                Some(id) => match self.claim_in(tx, &id, owner, lease_ms, at) {
+                    // A row nobody can read would be offered to every runner for ever: it is
+                    // set aside as `error` (its text stays in the file for a human to see).
+                    Err(error @ StoreError::Corrupt { .. }) => {
+                        tracing::error!("{error}; the job is marked as error");
+                        tx.exec_cached(
+                            "UPDATE jobs SET status = 'error', lease_owner = NULL, \
+                             lease_until_ms = NULL, updated_at_ms = ?2 WHERE id = ?1",
+                            params![id, at],
+                        )
+                        .map_err(|e| self.db_error(e))?;
+                        Ok(None)
+                    }
+                    other => other,
+                },
                 None => Ok(None),
             }
         })

@@ -228,3 +228,26 @@ fn an_expired_wait_resumes_with_expired_and_an_answered_one_does_not() {
     assert_eq!(answered.resume, Some(Resume::Answered("on time".into())));
     assert_eq!(store.load("forever").unwrap().1, JobStatus::WaitingHuman);
 }
+
+#[test]
+fn an_unreadable_job_is_set_aside_instead_of_offered_for_ever() {
+    let (dir, store) = store();
+    store.create(&job("broken")).unwrap();
+    store.create(&job("fine")).unwrap();
+    let connection = rusqlite::Connection::open(dir.path().join("nested/jobs.db")).unwrap();
+    connection
+        .execute(
+            "UPDATE jobs SET state = '{not json' WHERE id = 'broken'",
+            [],
+        )
+        .unwrap();
+    drop(connection);
+    let first = store.claim_next("r", 60_000).unwrap();
+    assert!(first.is_none(), "the broken job is not handed out");
+    assert_eq!(
+        store.list(Some(JobStatus::Error), 10).unwrap()[0].id,
+        "broken"
+    );
+    let next = store.claim_next("r", 60_000).unwrap().unwrap();
+    assert_eq!(next.state.id, "fine");
+}

@@ -179,8 +179,8 @@ impl Worker {
         };
         match self.store.save(&state, &events, owner) {
             Ok(()) => {
-                if state.status == JobStatus::Completed || state.status.is_final() {
-                    // A parent may have become runnable.
+                if state.status.is_final() {
+                    // Its parent may have become runnable.
                     self.wake.notify_waiters();
                 }
             }
