@@ -6,7 +6,8 @@
 //! the store always holds what the terminal showed. A park prints what the job waits for and
 //! the exact command that answers it.
 
-use std::sync::Mutex;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 
@@ -17,9 +18,11 @@ use crate::engine::{
 };
 use crate::plugin::Runtime;
 use crate::store::{JobStore, SqliteStore, new_job_id};
+use crate::worker::JobRun;
 
-/// How long a CLI run holds its claim; after that a crashed run's job can be taken again.
-const LEASE_MS: i64 = 10 * 60 * 1000;
+/// How long a CLI run's claim lasts without renewal (it is renewed every third of it); after
+/// that, a crashed run's job can be taken up again.
+const LEASE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Args)]
 pub struct RunCommand {
@@ -68,14 +71,14 @@ pub async fn execute(command: &RunCommand, runtime: Runtime) -> Result<(), Failu
 /// Claims `job_id`, runs it to its next stop, saves it, and reports how it stopped.
 pub async fn drive(
     setup: &Setup,
-    store: &SqliteStore,
+    store: &Arc<SqliteStore>,
     engine: &Engine,
     job_id: &str,
     output: OutputOptions,
 ) -> Result<(), Failure> {
     let owner = format!("cli-{}", std::process::id());
     let claimed = store
-        .claim(job_id, &owner, LEASE_MS)
+        .claim(job_id, &owner, LEASE.as_millis() as i64)
         .map_err(Failure::usage)?
         .ok_or_else(|| {
             let status = store
@@ -84,9 +87,7 @@ pub async fn drive(
                 .unwrap_or_else(|err| err.to_string());
             Failure::usage(format!("job {job_id} is not runnable now (it is {status})"))
         })?;
-    let mut job = claimed.state;
     let cancel = CancelFlag::default();
-    let printer = Printer::new(output.json, store, &owner, cancel.clone());
     let on_interrupt = cancel.clone();
     let interrupt = tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -100,18 +101,26 @@ pub async fn drive(
             std::process::exit(130);
         }
     });
-    let run = engine
-        .run(&mut job, claimed.resume, &printer, &cancel)
-        .await;
+    let run = JobRun {
+        store: store.clone(),
+        engine,
+        owner: &owner,
+        lease: LEASE,
+        wait_expiry: setup.wait_expiry,
+    };
+    let printer: Arc<dyn Observer> = Arc::new(StepPrinter { json: output.json });
+    // Saved before anything is reported, also when the engine refused the job.
+    let done = run.finish(claimed, Some(printer), cancel).await;
     interrupt.abort();
-    job.wait_expires_at_ms = crate::worker::expiry_for(&job, setup.wait_expiry);
-    // Saved before anything is reported, also when the run was refused (the claim is released).
-    store
-        .save(&job, &printer.take_events(), &owner)
-        .map_err(Failure::usage)?;
-    let result = run.map_err(Failure::usage)?;
+    done.saved.map_err(Failure::usage)?;
+    let Some(result) = done.result else {
+        return Err(Failure::usage(format!(
+            "job {job_id} could not be run and is now `error`: {}",
+            done.state.result.unwrap_or_default()
+        )));
+    };
     if !output.json {
-        report(setup, &job, &result);
+        report(setup, &done.state, &result);
     }
     match result {
         PieceRunResult::Completed { .. }
@@ -121,54 +130,13 @@ pub async fn drive(
     }
 }
 
-/// Prints the steps of a run as they happen, keeps the events for the store, and keeps the
-/// run's lease alive while it makes progress.
-struct Printer<'a> {
+/// Prints the steps of a run as they happen.
+struct StepPrinter {
     json: bool,
-    events: Mutex<Vec<JobEvent>>,
-    store: &'a SqliteStore,
-    owner: &'a str,
-    renewed: Mutex<std::time::Instant>,
-    cancel: CancelFlag,
 }
 
-impl<'a> Printer<'a> {
-    fn new(json: bool, store: &'a SqliteStore, owner: &'a str, cancel: CancelFlag) -> Self {
-        Self {
-            json,
-            events: Mutex::new(Vec::new()),
-            store,
-            owner,
-            renewed: Mutex::new(std::time::Instant::now()),
-            cancel,
-        }
-    }
-
-    fn keep_lease(&self, job_id: &str) {
-        let mut renewed = self.renewed.lock().unwrap_or_else(|e| e.into_inner());
-        if renewed.elapsed().as_millis() < (LEASE_MS / 4) as u128 {
-            return;
-        }
-        *renewed = std::time::Instant::now();
-        match self.store.renew(job_id, self.owner, LEASE_MS) {
-            Ok(true) => self.cancel.cancel(),
-            Ok(false) => {}
-            Err(err) => tracing::warn!("cannot renew the lease of job {job_id}: {err}"),
-        }
-    }
-
-    fn take_events(&self) -> Vec<JobEvent> {
-        std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-}
-
-impl Observer for Printer<'_> {
+impl Observer for StepPrinter {
     fn on_event(&self, job_id: &str, event: &JobEvent) {
-        self.keep_lease(job_id);
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(event.clone());
         if self.json {
             let line = serde_json::json!({"job": job_id, "event": event});
             println!("{line}");

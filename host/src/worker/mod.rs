@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 
 pub use spawner::StoreSpawner;
 
-use crate::engine::{CancelFlag, Engine, JobEvent, JobStatus, Observer};
+use crate::engine::{CancelFlag, Engine, JobEvent, JobState, JobStatus, Observer, PieceRunResult};
 use crate::store::{ClaimedJob, JobStore, StoreError};
 
 #[derive(Debug, Clone)]
@@ -147,13 +147,71 @@ impl Worker {
     }
 
     async fn run_claimed(&self, owner: &str, claimed: ClaimedJob) {
+        let run = JobRun {
+            store: self.store.clone(),
+            engine: &self.engine,
+            owner,
+            lease: self.config.lease,
+            wait_expiry: self.config.wait_expiry,
+        };
+        let done = run
+            .finish(claimed, self.observer.clone(), CancelFlag::default())
+            .await;
+        match &done.saved {
+            Ok(()) if done.state.status.is_final() => {
+                // Its parent may have become runnable.
+                self.wake.notify_waiters();
+            }
+            Ok(()) => {}
+            Err(StoreError::LeaseLost { .. }) => {
+                tracing::warn!(job = %done.state.id, "lost the lease mid-run; another runner has the job");
+            }
+            Err(error) => tracing::error!(job = %done.state.id, "cannot save the job: {error}"),
+        }
+        let mut total = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        total.runs += 1;
+        total.lost_leases += u64::from(done.lease_lost);
+    }
+}
+
+/// One claimed job, run to its next stop and saved: what every runner does, and what
+/// `maestro run` and `maestro jobs answer` do in the foreground.
+pub struct JobRun<'a> {
+    pub store: Arc<dyn JobStore>,
+    pub engine: &'a Engine,
+    pub owner: &'a str,
+    pub lease: Duration,
+    pub wait_expiry: Option<Duration>,
+}
+
+/// How a [`JobRun`] went.
+pub struct RunDone {
+    /// The job as saved (or as it stood when the save failed).
+    pub state: JobState,
+    /// How the run ended; `None` when the engine refused the job, which is then saved as
+    /// `error` so that nobody claims it again.
+    pub result: Option<PieceRunResult>,
+    pub saved: Result<(), StoreError>,
+    /// The lease went to another runner during the run (the save is then refused).
+    pub lease_lost: bool,
+}
+
+impl JobRun<'_> {
+    /// Runs `claimed` under a lease kept alive every third of its length, shows each event to
+    /// `observer`, and saves the job with its events. `cancel` stops the run at its next step;
+    /// a cancel request in the store or a lost lease does too.
+    pub async fn finish(
+        &self,
+        claimed: ClaimedJob,
+        observer: Option<Arc<dyn Observer>>,
+        cancel: CancelFlag,
+    ) -> RunDone {
         let ClaimedJob { mut state, resume } = claimed;
-        let cancel = CancelFlag::default();
         let lease_lost = CancelFlag::default();
-        let keeper = self.keep_lease(&state.id, owner, cancel.clone(), lease_lost.clone());
+        let keeper = self.keep_lease(&state.id, cancel.clone(), lease_lost.clone());
         let recorder = Recorder {
             events: Mutex::new(Vec::new()),
-            forward: self.observer.clone(),
+            forward: observer,
         };
         let run = self
             .engine
@@ -161,54 +219,40 @@ impl Worker {
             .await;
         keeper.abort();
         let mut events = recorder.take();
-        if let Err(refused) = run {
-            // A job the engine cannot run would otherwise be claimed again forever.
-            tracing::error!(job = %state.id, "the engine refused the job: {refused}");
-            state.status = JobStatus::Error;
-            state.wait = None;
-            state.result = Some(refused.to_string());
-            events.push(JobEvent::Finished {
-                status: JobStatus::Error,
-                detail: refused.to_string(),
-            });
-        }
-        state.wait_expires_at_ms = expiry_for(&state, self.config.wait_expiry);
-        let mut stats = WorkerStats {
-            runs: 1,
-            ..WorkerStats::default()
+        let result = match run {
+            Ok(result) => Some(result),
+            Err(refused) => {
+                tracing::error!(job = %state.id, "the engine refused the job: {refused}");
+                state.status = JobStatus::Error;
+                state.wait = None;
+                state.result = Some(refused.to_string());
+                events.push(JobEvent::Finished {
+                    status: JobStatus::Error,
+                    detail: refused.to_string(),
+                });
+                None
+            }
         };
-        match self.store.save(&state, &events, owner) {
-            Ok(()) => {
-                if state.status.is_final() {
-                    // Its parent may have become runnable.
-                    self.wake.notify_waiters();
-                }
-            }
-            Err(StoreError::LeaseLost { .. }) => {
-                stats.lost_leases = 1;
-                tracing::warn!(job = %state.id, "lost the lease mid-run; another runner has the job");
-            }
-            Err(error) => tracing::error!(job = %state.id, "cannot save the job: {error}"),
+        state.wait_expires_at_ms = expiry_for(&state, self.wait_expiry);
+        let saved = self.store.save(&state, &events, self.owner);
+        let lease_lost =
+            lease_lost.is_cancelled() || matches!(saved, Err(StoreError::LeaseLost { .. }));
+        RunDone {
+            state,
+            result,
+            saved,
+            lease_lost,
         }
-        if lease_lost.is_cancelled() {
-            stats.lost_leases = 1;
-        }
-        let mut total = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-        total.runs += stats.runs;
-        total.lost_leases += stats.lost_leases;
     }
 
-    /// Renews the lease every third of its length; a cancel request or a lost lease stops the
-    /// run at its next step.
     fn keep_lease(
         &self,
         job: &str,
-        owner: &str,
         cancel: CancelFlag,
         lease_lost: CancelFlag,
     ) -> tokio::task::JoinHandle<()> {
-        let (store, job, owner) = (self.store.clone(), job.to_owned(), owner.to_owned());
-        let lease = self.config.lease;
+        let (store, job, owner) = (self.store.clone(), job.to_owned(), self.owner.to_owned());
+        let lease = self.lease;
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(lease / 3).await;
@@ -228,7 +272,7 @@ impl Worker {
 }
 
 /// When a job that just parked should be resumed with `expired`.
-pub fn expiry_for(job: &crate::engine::JobState, expiry: Option<Duration>) -> Option<i64> {
+pub fn expiry_for(job: &JobState, expiry: Option<Duration>) -> Option<i64> {
     let expiry = expiry.filter(|_| job.status.is_waiting())?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
