@@ -11,18 +11,13 @@
 //!
 //! The memory cost of parked jobs is measured by the `parked_memory` bench.
 
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use maestro::engine::{CancelFlag, Engine, EngineLimits, JobStatus, NoObserver, ToolCatalog};
-use maestro::llm::ScriptedModel;
-use maestro::piece::parse_piece;
-use maestro::plugin::{PluginPolicy, Resume, Runtime, RuntimeConfig};
+use maestro::engine::{CancelFlag, JobStatus, NoObserver};
+use maestro::plugin::Resume;
 use maestro::store::{JobStore, SqliteStore};
 
-const PIECE: &str = "name: chat\ninitial_movement: chat\nmax_movements: 1\nmovements:\n  - name: chat\n    instructions: Ask, then finish.\n    tools: [complete]\n";
 const SCRIPT: &str = r#"
 turns:
   - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Which city?" } }]
@@ -34,22 +29,7 @@ fn jobs(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let cache = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache.path().to_path_buf()),
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let complete = rt
-        .block_on(runtime.load_file(
-            Path::new(maestro_plugins::COMPLETE),
-            PluginPolicy::default(),
-        ))
-        .unwrap();
-    let catalog = Arc::new(ToolCatalog::new([Arc::new(complete)]).unwrap());
-    let model = Arc::new(ScriptedModel::parse(SCRIPT, "bench-script.yaml").unwrap());
-    let piece = parse_piece(PIECE, "bench-piece.yaml").unwrap();
-    let engine = Engine::new(model, catalog, [piece], EngineLimits::default()).unwrap();
+    let (engine, _cache) = maestro_benches::chat_engine(&rt, SCRIPT);
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("jobs.db")).unwrap();
     let cancel = CancelFlag::default();

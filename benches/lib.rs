@@ -1,3 +1,39 @@
 //! Benchmarks of maestro: the plugin runtime (`runtime.rs`), jobs through the store
 //! (`jobs.rs`) and the memory of parked jobs (`parked_memory.rs`). Run them with
 //! `cargo bench -p maestro-benches`.
+//!
+//! This library holds the set-up the job benchmarks share.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use maestro::engine::{Engine, EngineLimits, ToolCatalog};
+use maestro::llm::ScriptedModel;
+use maestro::piece::parse_piece;
+use maestro::plugin::{PluginPolicy, Runtime, RuntimeConfig};
+
+/// A one-movement piece whose only tool is `complete`.
+const CHAT_PIECE: &str = "name: chat\ninitial_movement: chat\nmax_movements: 1\nmovements:\n  - name: chat\n    instructions: Ask, then finish.\n    tools: [complete]\n";
+
+/// An engine running the piece `chat` on the real `complete` component, with a scripted model
+/// playing `script`. The returned folder holds the compiled-component cache; keep it alive.
+pub fn chat_engine(rt: &tokio::runtime::Runtime, script: &str) -> (Engine, tempfile::TempDir) {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let complete = rt
+        .block_on(runtime.load_file(
+            Path::new(maestro_plugins::COMPLETE),
+            PluginPolicy::default(),
+        ))
+        .expect("complete loads");
+    let catalog = Arc::new(ToolCatalog::new([Arc::new(complete)]).expect("one plugin"));
+    let model = Arc::new(ScriptedModel::parse(script, "bench-script.yaml").expect("script parses"));
+    let piece = parse_piece(CHAT_PIECE, "bench-piece.yaml").expect("piece parses");
+    let engine =
+        Engine::new(model, catalog, [piece], EngineLimits::default()).expect("piece lints");
+    (engine, cache)
+}

@@ -4,19 +4,14 @@
 //! A parked job is a row: what the worker's memory grows by is SQLite's page cache, which is
 //! capped (16 MiB), not the number of parked jobs.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use maestro::engine::{CancelFlag, Engine, EngineLimits, JobStatus, ToolCatalog};
-use maestro::llm::ScriptedModel;
-use maestro::piece::parse_piece;
-use maestro::plugin::{PluginPolicy, Runtime, RuntimeConfig};
+use maestro::engine::{CancelFlag, JobStatus};
 use maestro::store::{JobStore, SqliteStore};
 use maestro::worker::{Worker, WorkerConfig};
 
 const JOBS: usize = 100_000;
-const PIECE: &str = "name: chat\ninitial_movement: chat\nmax_movements: 1\nmovements:\n  - name: chat\n    instructions: Ask.\n    tools: [complete]\n";
 const SCRIPT: &str = "turns:\n  - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: \"Which city?\" } }]\n";
 
 fn resident_kib() -> u64 {
@@ -45,22 +40,8 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let cache = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache.path().to_path_buf()),
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let complete = rt
-        .block_on(runtime.load_file(
-            Path::new(maestro_plugins::COMPLETE),
-            PluginPolicy::default(),
-        ))
-        .unwrap();
-    let catalog = Arc::new(ToolCatalog::new([Arc::new(complete)]).unwrap());
-    let model = Arc::new(ScriptedModel::parse(SCRIPT, "bench-script.yaml").unwrap());
-    let piece = parse_piece(PIECE, "bench-piece.yaml").unwrap();
-    let engine = Arc::new(Engine::new(model, catalog, [piece], EngineLimits::default()).unwrap());
+    let (engine, _cache) = maestro_benches::chat_engine(&rt, SCRIPT);
+    let engine = Arc::new(engine);
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("jobs.db")).unwrap());
 
