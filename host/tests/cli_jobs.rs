@@ -98,6 +98,16 @@ fn an_ask_parks_survives_the_process_and_is_answered_once_from_another() {
     assert_eq!(waiting[0]["wait_reason"], "input");
     let id = waiting[0]["id"].as_str().unwrap().to_owned();
 
+    // The phase is the fold of the stored log: waiting for the user's input, with the question.
+    let show = maestro(&store, &["jobs", "show", &id]);
+    let shown = text(&show);
+    assert!(show.status.success(), "{shown}");
+    assert!(shown.contains("phase     waiting_user/input"), "{shown}");
+    assert!(
+        shown.contains(r#"reason    {"kind":"input","message":"Where are you travelling to?"}"#),
+        "{shown}"
+    );
+
     let wrong = maestro(&store, &with(&["jobs", "approve", &id], &flags));
     assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
     assert!(
@@ -124,6 +134,8 @@ fn an_ask_parks_survives_the_process_and_is_answered_once_from_another() {
     assert!(show.status.success(), "{}", text(&show));
     let job: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(job["status"], "completed");
+    assert_eq!(job["session"]["phase"], "done");
+    assert!(job["session"]["waiting_reason"].is_null());
     let kinds: Vec<&str> = job["events"]
         .as_array()
         .unwrap()

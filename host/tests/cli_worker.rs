@@ -210,6 +210,7 @@ fn subtasks_run_as_jobs_and_the_parent_resumes_at_default_next_with_their_result
             JobEvent::Resumed {
                 movement,
                 resume: Resume::SubtasksDone(results),
+                ..
             } => Some((movement.clone(), results.clone())),
             _ => None,
         })

@@ -9,7 +9,7 @@ use clap::Subcommand;
 use super::Failure;
 use super::run::{OutputOptions, drive};
 use super::setup::{EngineOptions, Setup, StoreOption};
-use crate::engine::JobStatus;
+use crate::engine::{JobEvent, JobStatus, job_session};
 use crate::plugin::{Resume, Runtime};
 use crate::store::{CancelOutcome, JobStore};
 
@@ -249,7 +249,20 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
     let store = setup.open_store()?;
     let (job, status) = store.load(id).map_err(Failure::usage)?;
     let events = store.events(id, 0).map_err(Failure::usage)?;
+    let log: Vec<JobEvent> = events.iter().map(|stored| stored.event.clone()).collect();
+    // The phase is not stored: it is the fold of the log, so it cannot drift from it.
+    let session = job_session(&job.id, &log);
     if json {
+        let session = match &session {
+            Ok(session) => serde_json::json!({
+                "phase": session.phase(),
+                "waiting_reason": session.waiting_reason(),
+                "worker": session.current_worker_id(),
+                "tool_calls_since_user": session.tool_loop_burst_count(),
+                "max_burst": session.max_burst(),
+            }),
+            Err(error) => serde_json::json!({ "error": error.to_string() }),
+        };
         let value = serde_json::json!({
             "id": job.id,
             "piece": job.piece,
@@ -259,6 +272,7 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
             "result": job.result,
             "parent": job.parent,
             "children": job.children,
+            "session": session,
             "events": events,
         });
         println!(
@@ -270,6 +284,24 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
     println!("job       {}", job.id);
     println!("piece     {}", job.piece);
     println!("status    {status}");
+    match &session {
+        Ok(session) => {
+            println!("phase     {}", session.phase_label());
+            if let Some(reason) = session.waiting_reason() {
+                let reason = serde_json::to_string(reason).unwrap_or_default();
+                println!("reason    {reason}");
+            }
+            if let Some(worker) = session.current_worker_id() {
+                println!("worker    {worker}");
+            }
+            println!(
+                "burst     {} of {} tool calls since a human acted",
+                session.tool_loop_burst_count(),
+                session.max_burst()
+            );
+        }
+        Err(error) => println!("phase     unknown: {error}"),
+    }
     println!("movement  {}", job.movement);
     if let Some(wait) = &job.wait {
         let request = serde_json::to_string(&wait.request).unwrap_or_default();

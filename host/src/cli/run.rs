@@ -165,7 +165,9 @@ impl Observer for StepPrinter {
                 println!("  <- {tool} {label}: {}", clip(content, 400));
             }
             JobEvent::Transition { from, to } => println!("  transition {from} -> {to}"),
-            JobEvent::Resumed { movement, resume } => {
+            JobEvent::Resumed {
+                movement, resume, ..
+            } => {
                 let resume = serde_json::to_string(resume).unwrap_or_default();
                 println!(
                     "\nresumed in movement {movement} with {}",
@@ -246,6 +248,25 @@ fn report(setup: &Setup, job: &JobState, result: &PieceRunResult) {
                     println!(
                         "{}",
                         command("deny", &format!(" {}", shell_quote("<reason>")))
+                    );
+                }
+                WaitRequest::BurstConfirmation {
+                    tool,
+                    arguments,
+                    calls,
+                } => {
+                    println!(
+                        "  the agent made {calls} tool calls since a human last acted; next it                          wants {tool} with {arguments}"
+                    );
+                    println!("  let it go on, stop it, or tell it something with:");
+                    println!("{}", command("approve", ""));
+                    println!(
+                        "{}",
+                        command("deny", &format!(" {}", shell_quote("<reason>")))
+                    );
+                    println!(
+                        "{}",
+                        command("answer", &format!(" {}", shell_quote("<message>")))
                     );
                 }
                 WaitRequest::Subtasks { .. } => {}

@@ -56,9 +56,11 @@ pub(crate) async fn run_movement(
 ) -> MovementResult {
     if let Some((point, answer)) = resume {
         if !matches!(answer, Resume::SubtasksDone(_) | Resume::Expired) {
-            // A human answered: the model gets a fresh budget to act on the answer.
+            // A human answered: the model gets a fresh budget to act on the answer, and a new
+            // burst of tool calls begins (the phase machine's user event).
             job.turns = 0;
             job.text_only_streak = 0;
+            job.burst = 0;
         }
         if let Flow::Finish(result) = settle_resume(cx, movement, job, point, answer).await {
             return result;
@@ -195,6 +197,39 @@ async fn run_call(
     if call.name == TRANSITION_TOOL && !movement.rules.is_empty() {
         return transition(cx, movement, job, call);
     }
+    if call.name != TRANSITION_TOOL {
+        job.burst += 1;
+        if job.burst >= cx.limits.max_burst {
+            return Flow::Finish(burst_gate(job, call));
+        }
+    }
+    dispatch(cx, movement, job, call).await
+}
+
+/// The call that reaches the burst limit waits for a human before it runs: the phase machine
+/// moves to waiting_user/input at that call, and the call runs only once a human says go on.
+fn burst_gate(job: &JobState, call: &ToolCall) -> MovementResult {
+    let wait = Wait {
+        id: 0,
+        reason: Some(WaitReason::Input),
+        request: WaitRequest::BurstConfirmation {
+            tool: call.name.clone(),
+            arguments: call.arguments.clone(),
+            calls: job.burst,
+        },
+        resume: ResumePoint::BurstGate { call: call.clone() },
+    };
+    MovementResult::park(Sentinel::Ask, job.movement.clone(), wait)
+}
+
+/// A call that may run now: a tool of the movement with JSON arguments, held for approval when
+/// the policy says so, otherwise invoked.
+async fn dispatch(
+    cx: &LoopContext<'_>,
+    movement: &Movement,
+    job: &mut JobState,
+    call: &ToolCall,
+) -> Flow {
     let offered = movement.tools.iter().any(|tool| tool.value == call.name);
     let plugin = cx.catalog.plugin_for(&call.name).filter(|_| offered);
     let Some(plugin) = plugin else {
@@ -351,13 +386,6 @@ async fn settle_resume(
     point: ResumePoint,
     answer_given: Resume,
 ) -> Flow {
-    cx.emit(
-        job,
-        JobEvent::Resumed {
-            movement: movement.name.value.clone(),
-            resume: answer_given.clone(),
-        },
-    );
     let (call, pin, gate) = match point {
         ResumePoint::ParkedCall { call, plugin } => (call, plugin, false),
         ResumePoint::ApprovalGate { call, plugin } => (call, plugin, true),
@@ -365,6 +393,9 @@ async fn settle_resume(
             return Flow::Finish(MovementResult::unsettled(
                 "a movement-entry resume reached the agent loop",
             ));
+        }
+        ResumePoint::BurstGate { call } => {
+            return settle_burst(cx, movement, job, &call, answer_given).await;
         }
     };
     // `Err` carries the message of an unsettled movement.
@@ -405,6 +436,43 @@ async fn settle_resume(
             "an approval was answered with {other:?}"
         ))),
     }
+}
+
+/// A human's word on the call the burst limit held back.
+async fn settle_burst(
+    cx: &LoopContext<'_>,
+    movement: &Movement,
+    job: &mut JobState,
+    call: &ToolCall,
+    answer_given: Resume,
+) -> Flow {
+    let note = match answer_given {
+        Resume::Approved => return dispatch(cx, movement, job, call).await,
+        Resume::Denied(reason) => format!(
+            "Not run: after a burst of tool calls a human stopped this one. Their reason: {reason}"
+        ),
+        Resume::Answered(text) => format!(
+            "Not run: after a burst of tool calls the user was asked whether to go on and              replied: {text}"
+        ),
+        Resume::Expired => {
+            let note = "Not run: nobody said to go on after the burst of tool calls.";
+            answer(cx, job, &call.id, &call.name, note.into(), true);
+            return Flow::Finish(MovementResult::guard(
+                Guard::BurstLimit,
+                format!(
+                    "the job made {} tool calls without a human and nobody said to go on",
+                    cx.limits.max_burst
+                ),
+            ));
+        }
+        other => {
+            return Flow::Finish(MovementResult::unsettled(format!(
+                "a burst confirmation was answered with {other:?}"
+            )));
+        }
+    };
+    answer(cx, job, &call.id, &call.name, note, true);
+    Flow::Continue
 }
 
 fn transition(

@@ -17,6 +17,9 @@ pub enum JobEvent {
         piece: String,
         input: String,
         parent: Option<String>,
+        /// The tool-call burst the job may make before a human must say go on.
+        #[serde(default = "default_max_burst")]
+        max_burst: u32,
     },
     MovementEntered {
         movement: String,
@@ -46,12 +49,18 @@ pub enum JobEvent {
         to: String,
     },
     Parked {
+        /// The wait's id (the job's park count): its `resumed` event names it too.
+        #[serde(default)]
+        wait: u32,
         status: JobStatus,
         resume_movement: String,
         reason: Option<WaitReason>,
         request: WaitRequest,
     },
     Resumed {
+        /// The id of the wait this answers.
+        #[serde(default)]
+        wait: u32,
         movement: String,
         resume: Resume,
     },
@@ -59,6 +68,10 @@ pub enum JobEvent {
         status: JobStatus,
         detail: String,
     },
+}
+
+fn default_max_burst() -> u32 {
+    crate::phase::DEFAULT_MAX_BURST
 }
 
 /// Receives a job's events as they happen.

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::llm::Message;
+use crate::llm::{Message, ToolCall};
 use crate::plugin::{CallRequest, Resume};
 
 /// Where a job is in its life. `completed`, `aborted`, `cancelled` and `error` are final.
@@ -107,6 +107,15 @@ pub enum WaitRequest {
     },
     /// Child jobs that must all end first.
     Subtasks { job_ids: Vec<String> },
+    /// The agent made `calls` tool calls since a human last spoke; before it runs the next one
+    /// (`tool` with `arguments`), a human says go on (approve), stop (deny, with a reason the
+    /// model reads) or something else (answer, passed to the model). Not a question: it does not
+    /// count toward the ask limit.
+    BurstConfirmation {
+        tool: String,
+        arguments: String,
+        calls: u32,
+    },
 }
 
 impl WaitRequest {
@@ -122,6 +131,10 @@ impl WaitRequest {
                     Resume::Approved | Resume::Denied(_)
                 )
                 | (WaitRequest::Subtasks { .. }, Resume::SubtasksDone(_))
+                | (
+                    WaitRequest::BurstConfirmation { .. },
+                    Resume::Approved | Resume::Denied(_) | Resume::Answered(_)
+                )
         );
         if fits {
             Ok(())
@@ -134,6 +147,11 @@ impl WaitRequest {
         }
     }
 
+    /// Whether this is the agent's question to the user (what the ask limit counts).
+    pub fn is_question(&self) -> bool {
+        matches!(self, WaitRequest::Question { .. })
+    }
+
     /// A short human description: "an answer to a question", …
     pub fn describe(&self) -> &'static str {
         match self {
@@ -141,6 +159,7 @@ impl WaitRequest {
             WaitRequest::BrowserLogin { .. } => "a browser login",
             WaitRequest::ToolApproval { .. } => "a tool approval",
             WaitRequest::Subtasks { .. } => "its subtasks",
+            WaitRequest::BurstConfirmation { .. } => "a go-ahead after a burst of tool calls",
         }
     }
 }
@@ -174,6 +193,9 @@ pub enum ResumePoint {
     },
     /// A rule chose `WAIT_SUBTASKS`: enter the resume movement with the children's results.
     EnterMovement,
+    /// The burst limit stopped the agent before this call: run it once a human says go on.
+    /// The model's call as it made it (the arguments may not even be JSON), not yet checked.
+    BurstGate { call: ToolCall },
 }
 
 /// The exact plugin version a parked call belongs to.
@@ -223,6 +245,10 @@ pub struct JobState {
     /// Parks so far; the current wait's id.
     #[serde(default)]
     pub parks: u32,
+    /// Tool calls (not transitions) since a human last acted: the phase machine's tool-loop
+    /// burst count, kept here so that a resume in another process goes on counting.
+    #[serde(default)]
+    pub burst: u32,
     pub conversation: Vec<Message>,
     pub wait: Option<Wait>,
     /// When the current wait expires (Unix ms); the job is then resumed with `expired`. Set by
@@ -255,6 +281,7 @@ impl JobState {
             text_only_streak: 0,
             asks: 0,
             parks: 0,
+            burst: 0,
             wait: None,
             wait_expires_at_ms: None,
             children: Vec::new(),

@@ -12,6 +12,7 @@ mod events;
 mod job;
 mod piece_runner;
 mod prompt;
+mod session;
 mod tools;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ pub use job::{
 pub use piece_runner::{
     Guard, MapContext, MovementResult, PieceRunResult, Step, Target, map_movement_result,
 };
+pub use session::{SessionLogError, job_session, runtime_events};
 pub use tools::{CatalogError, TRANSITION_TOOL, ToolCatalog};
 
 use crate::llm::Model;
@@ -40,6 +42,9 @@ pub struct EngineLimits {
     pub max_text_only: u32,
     /// Questions a job may ask; the next `ASK` aborts it.
     pub max_asks: u32,
+    /// Tool calls a job may make between two human actions; the call that reaches it waits
+    /// for a human's go-ahead (the phase machine's tool-loop burst limit).
+    pub max_burst: u32,
 }
 
 impl Default for EngineLimits {
@@ -48,6 +53,7 @@ impl Default for EngineLimits {
             max_iterations: 24,
             max_text_only: 3,
             max_asks: 8,
+            max_burst: crate::phase::DEFAULT_MAX_BURST,
         }
     }
 }
@@ -211,7 +217,7 @@ impl Engine {
                 wait.request
                     .accepts(&answer)
                     .map_err(|message| not_runnable(job, message))?;
-                Some((wait.resume.clone(), answer))
+                Some((wait.id, wait.resume.clone(), answer))
             }
             _ => return Err(not_runnable(job, "it has ended".to_owned())),
         };
@@ -222,9 +228,25 @@ impl Engine {
                     piece: job.piece.clone(),
                     input: job.input.clone(),
                     parent: job.parent.clone(),
+                    max_burst: self.limits.max_burst,
                 },
             );
         }
+        let resume = resume.map(|(wait, point, answer)| {
+            observer.on_event(
+                &job.id,
+                &JobEvent::Resumed {
+                    wait,
+                    movement: job.movement.clone(),
+                    // The log is kept for good: a login's session cookie stays out of it.
+                    resume: match &answer {
+                        Resume::LoggedIn(_) => Resume::LoggedIn("(session withheld)".to_owned()),
+                        other => other.clone(),
+                    },
+                },
+            );
+            (point, answer)
+        });
         job.status = JobStatus::Running;
         job.wait = None;
         job.wait_expires_at_ms = None;

@@ -32,6 +32,7 @@ pub enum Guard {
     MaxIterations,
     TextOnlyLimit,
     AskLimit,
+    BurstLimit,
 }
 
 impl Guard {
@@ -41,6 +42,7 @@ impl Guard {
             Guard::MaxIterations => "max_iterations",
             Guard::TextOnlyLimit => "text_only_limit",
             Guard::AskLimit => "ask_limit",
+            Guard::BurstLimit => "burst_limit",
         }
     }
 }
@@ -215,7 +217,11 @@ pub fn map_movement_result(result: MovementResult, context: MapContext) -> Step 
                 });
             };
             match park {
-                Sentinel::Ask if context.asks_so_far >= context.max_asks => {
+                // A burst confirmation parks like a question but is the engine's own, not the
+                // agent's: it does not count toward the ask limit.
+                Sentinel::Ask
+                    if context.asks_so_far >= context.max_asks && wait.request.is_question() =>
+                {
                     done(PieceRunResult::Aborted {
                         reason: format!(
                             "the job asked the user {} times, the limit is {}",
@@ -268,13 +274,6 @@ pub(crate) async fn run_piece(
     if let Some((ResumePoint::EnterMovement, answer)) = &resume {
         // A rule parked the job on WAIT_SUBTASKS: the children's results become part of the
         // conversation, and the piece continues at default_next (kept as the job's movement).
-        cx.emit(
-            job,
-            JobEvent::Resumed {
-                movement: job.movement.clone(),
-                resume: answer.clone(),
-            },
-        );
         let results = match answer {
             Resume::SubtasksDone(results) => results.clone(),
             _ => Vec::new(),
@@ -370,7 +369,7 @@ fn finish(cx: &LoopContext<'_>, job: &mut JobState, mut result: PieceRunResult) 
             reason,
             wait,
         } => {
-            if *reason == WaitReason::Input {
+            if *reason == WaitReason::Input && wait.request.is_question() {
                 job.asks += 1;
             }
             park(cx, job, resume_movement, wait);
@@ -396,6 +395,7 @@ fn park(cx: &LoopContext<'_>, job: &mut JobState, resume_movement: &str, wait: &
     cx.emit(
         job,
         JobEvent::Parked {
+            wait: wait.id,
             status: job.status,
             resume_movement: resume_movement.to_owned(),
             reason: wait.reason,

@@ -272,7 +272,8 @@ impl SqliteStore {
             | crate::engine::ResumePoint::ApprovalGate { plugin, .. } => {
                 Some(plugin.content_hash.clone())
             }
-            crate::engine::ResumePoint::EnterMovement => None,
+            crate::engine::ResumePoint::EnterMovement
+            | crate::engine::ResumePoint::BurstGate { .. } => None,
         });
         let still_running = job.status == JobStatus::Running;
         tx.exec_cached(
