@@ -1,9 +1,10 @@
 //! maestro: a host for agent engines whose tools are sandboxed WebAssembly
 //! components. `plugin` is the component runtime and its sandbox; `piece`
 //! loads and lints YAML workflows; `phase` is the pure phase machine of
-//! sessions; `cli` is the `maestro` command.
+//! sessions; `conformance` is the tool authors' check kit; `cli` is the `maestro` command.
 
 pub mod cli;
+pub mod conformance;
 pub mod engine;
 pub mod llm;
 pub mod phase;

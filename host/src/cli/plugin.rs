@@ -25,6 +25,17 @@ pub enum PluginCommand {
         #[command(flatten)]
         options: LoadOptions,
     },
+    /// Check a component against the contract, as the host will use it: describe, calls with
+    /// arguments made up from each schema, invalid arguments, and every park resumed.
+    Check {
+        /// The component.
+        path: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        options: LoadOptions,
+    },
     /// Call one tool and print its outcome as JSON.
     Call {
         /// The component.
@@ -76,6 +87,26 @@ pub async fn execute(
             let plugin = load(&runtime()?, path, &options.policy()?).await?;
             print_json(&describe_json(&plugin));
             Ok(())
+        }
+        PluginCommand::Check {
+            path,
+            json,
+            options,
+        } => {
+            let policy = options.policy()?;
+            let name = plugin_name(path);
+            let report =
+                crate::conformance::check(&runtime()?, path, policy.for_plugin(&name)).await;
+            if *json {
+                print_json(&serde_json::to_value(&report).expect("the report serializes"));
+            } else {
+                print_report(&report);
+            }
+            if report.passed {
+                Ok(())
+            } else {
+                Err(Failure::reported(1))
+            }
         }
         PluginCommand::Call {
             path,
@@ -218,6 +249,27 @@ async fn call(
             Err(Failure::reported(1))
         }
     }
+}
+
+fn print_report(report: &crate::conformance::Report) {
+    println!("maestro plugin check {}", report.component);
+    for check in &report.checks {
+        let tool = check.tool.as_deref().unwrap_or("");
+        println!(
+            "  {}  {:<18} {:<18} {}",
+            check.status.label(),
+            check.check,
+            tool,
+            check.detail
+        );
+    }
+    println!(
+        "{}: {} checks, {} failed, {} warnings",
+        if report.passed { "passed" } else { "FAILED" },
+        report.checks.len(),
+        report.failures(),
+        report.warnings()
+    );
 }
 
 fn print_json(value: &serde_json::Value) {

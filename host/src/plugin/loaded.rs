@@ -155,6 +155,16 @@ impl Plugin {
         &self.policy.policy
     }
 
+    /// What the component imports (host interfaces and WASI), by name.
+    pub fn imports(&self) -> Vec<String> {
+        let component = self.pre.instance_pre().component();
+        component
+            .component_type()
+            .imports(self.runtime.engine())
+            .map(|(name, _)| name.to_owned())
+            .collect()
+    }
+
     pub fn load_report(&self) -> &LoadReport {
         &self.report
     }

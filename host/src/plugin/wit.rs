@@ -19,5 +19,8 @@ pub mod since_v0_1_0 {
 /// The newest version: what a freshly written tool targets.
 pub use since_v0_1_0 as latest;
 
+/// The WIT package of the newest version, as tool authors name it.
+pub const WIT_PACKAGE: &str = "maestro:tool@0.1.0";
+
 /// The exported interface name a component must provide, for error messages.
 pub const TOOL_INTERFACE: &str = "maestro:tool/tool@0.1.0";

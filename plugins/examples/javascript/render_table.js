@@ -20,6 +20,7 @@ const SCHEMA = {
       type: 'array',
       items: { type: 'object' },
       description: 'The records, one object per row.',
+      examples: [[{ region: 'North', units: 120 }, { region: 'South', units: 80 }]],
     },
     columns: {
       type: 'array',
@@ -27,9 +28,10 @@ const SCHEMA = {
       minItems: 1,
       uniqueItems: true,
       description: 'Columns to show, in order (default: every key, in first-seen order).',
+      examples: [['region', 'units']],
     },
     title: { type: 'string', description: 'Heading above the table.' },
-    sort_by: { type: 'string', description: 'Column to sort the rows by.' },
+    sort_by: { type: 'string', description: 'Column to sort the rows by.', examples: ['units'] },
     descending: { type: 'boolean', description: 'Sort largest first (default false).' },
     totals: { type: 'boolean', description: 'Add a row with the sum of each numeric column.' },
     max_rows: {
@@ -42,6 +44,7 @@ const SCHEMA = {
       type: 'string',
       enum: ['preview', 'publish'],
       description: 'preview (default) returns the table; publish asks a human to approve publishing it.',
+      examples: ['publish'],
     },
     destination: {
       type: 'string',

@@ -354,13 +354,19 @@ def resume_kind(resume: Resume) -> str:
 SCHEMA = {
     "type": "object",
     "properties": {
-        "value": {"type": "number", "description": "The quantity to convert."},
+        "value": {"type": "number", "description": "The quantity to convert.", "examples": [5]},
         "from": {
             "type": "string",
             "minLength": 1,
             "description": "The unit of `value`: a symbol (km, lb, °F, GiB), a name (US gallon) or an id.",
+            "examples": ["gal", "km"],
         },
-        "to": {"type": "string", "minLength": 1, "description": "The unit to convert to."},
+        "to": {
+            "type": "string",
+            "minLength": 1,
+            "description": "The unit to convert to.",
+            "examples": ["l", "mi"],
+        },
         "precision": {
             "type": "integer",
             "minimum": 1,

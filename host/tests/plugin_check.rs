@@ -1,0 +1,142 @@
+//! `maestro plugin check` on every plugin the project ships, each built from source: the
+//! first-party tools and the examples in WAT, C, Python and JavaScript pass, and each example's
+//! park is reached and resumed; a hostile plugin fails and the report says why.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use maestro_examples as examples;
+use maestro_plugins as artifacts;
+use serde_json::Value;
+
+fn check(component: &str, extra: &[&str]) -> (Output, Value) {
+    let output = Command::new(env!("CARGO_BIN_EXE_maestro"))
+        // A cache shared across runs: the Python and JavaScript components take seconds to compile.
+        .env(
+            "MAESTRO_CACHE_DIR",
+            Path::new(artifacts::DIR).join("../e2e-cache"),
+        )
+        .env_remove("MAESTRO_POLICY")
+        .args(["plugin", "check", "--json", component])
+        .args(extra)
+        .output()
+        .unwrap();
+    let report = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{component}: the report is not JSON ({err}):\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output, report)
+}
+
+fn checks<'a>(report: &'a Value, name: &str) -> Vec<&'a Value> {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|check| check["check"] == name)
+        .collect()
+}
+
+fn assert_passes(component: &str) -> Value {
+    let (output, report) = check(component, &[]);
+    assert!(
+        output.status.success() && report["passed"] == true,
+        "{component}:\n{report:#}"
+    );
+    for name in ["load", "describe", "call", "invalid-arguments"] {
+        assert!(
+            !checks(&report, name).is_empty(),
+            "{component}: no {name} check"
+        );
+    }
+    report
+}
+
+#[test]
+fn every_first_party_plugin_passes() {
+    for component in artifacts::FIRST_PARTY.iter().chain([&artifacts::ECHO]) {
+        assert_passes(component);
+    }
+}
+
+#[test]
+fn every_example_passes_and_its_park_is_resumed_with_each_answer() {
+    let parks = [
+        (examples::CONFIRM, "park ask", 2),
+        (examples::TEXT_STATS, "park ask", 2),
+        (examples::CONVERT_UNITS, "park ask", 2),
+        (examples::RENDER_TABLE, "park tool-request", 3),
+    ];
+    for (component, park, answers) in parks {
+        let report = assert_passes(component);
+        let calls = checks(&report, "call");
+        assert!(
+            calls
+                .iter()
+                .any(|c| c["detail"].as_str().unwrap().ends_with(park)),
+            "{component}: no call reached `{park}`:\n{report:#}"
+        );
+        let resumes = checks(&report, "resume");
+        assert!(
+            calls
+                .iter()
+                .chain(&resumes)
+                .any(|c| c["detail"].as_str().unwrap().contains("→ output")),
+            "{component}: no call gave an ordinary output:\n{report:#}"
+        );
+        assert!(resumes.len() >= answers, "{component}:\n{report:#}");
+        assert!(resumes.iter().all(|c| c["status"] == "pass"));
+    }
+}
+
+#[test]
+fn a_plugin_that_breaks_the_policy_fails_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[defaults]\ntimeout_ms = 500\n").unwrap();
+    let (output, report) = check(artifacts::HOSTILE, &["--policy", policy.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1), "{report:#}");
+    assert_eq!(report["passed"], false);
+    let failed: Vec<&Value> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "fail")
+        .collect();
+    let spin = failed
+        .iter()
+        .find(|c| c["tool"] == "spin")
+        .unwrap_or_else(|| panic!("spin must fail:\n{report:#}"));
+    assert!(spin["detail"].as_str().unwrap().contains("limit"), "{spin}");
+    assert!(failed.iter().any(|c| c["tool"] == "panic"), "{report:#}");
+}
+
+#[test]
+fn text_output_is_a_readable_table_and_a_missing_file_is_a_clear_failure() {
+    let output = Command::new(env!("CARGO_BIN_EXE_maestro"))
+        .env(
+            "MAESTRO_CACHE_DIR",
+            Path::new(artifacts::DIR).join("../e2e-cache"),
+        )
+        .args(["plugin", "check", examples::CONFIRM])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("PASS  resume"), "{text}");
+    assert!(text.contains("passed: "), "{text}");
+
+    let (output, report) = check("/nonexistent/tool.wasm", &[]);
+    assert_eq!(output.status.code(), Some(1));
+    let load = &checks(&report, "load")[0];
+    assert_eq!(load["status"], "fail");
+    assert!(
+        load["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/tool.wasm")
+    );
+}
