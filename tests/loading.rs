@@ -115,7 +115,9 @@ async fn compiled_components_come_back_from_the_cache() {
     assert_eq!(cold.content_hash(), warm.content_hash());
 
     // A damaged entry is discarded and rebuilt, never trusted; the loaded
-    // plugins do not notice.
+    // plugins do not notice. Entries are mapped, so a damaged one arrives the
+    // way every entry is written: a new file renamed over the name (changing a
+    // mapped file in place is outside the cache's contract).
     let hash = cold.content_hash().to_string();
     let entries: Vec<_> = std::fs::read_dir(cache.path())
         .unwrap()
@@ -130,7 +132,9 @@ async fn compiled_components_come_back_from_the_cache() {
             .unwrap()
             .starts_with(&hash)
     );
-    std::fs::write(&entries[0], b"garbage").unwrap();
+    let damaged = cache.path().join("damaged.tmp");
+    std::fs::write(&damaged, b"garbage").unwrap();
+    std::fs::rename(&damaged, &entries[0]).unwrap();
     let rebuilt = runtime
         .load_file(path, PluginPolicy::default())
         .await
