@@ -286,3 +286,36 @@ proptest! {
         });
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_keeps_the_burst_limit_it_started_with() {
+    // Four echo turns, then complete: with a limit of 2 the job waits at the 2nd and 4th call.
+    let script = format!("turns:\n{}{DONE_TURN}", echo_turns(4));
+    let strict = EngineLimits {
+        max_burst: 2,
+        ..EngineLimits::default()
+    };
+    let started = harness(PIECE, &script, "", strict).await;
+    let mut job = started.job("Keep echoing");
+    started.run(&mut job, None).await;
+    assert_eq!(job.max_burst, 2);
+    assert_eq!(job.status, JobStatus::WaitingHuman);
+
+    // Resumed by an engine configured with a looser limit, the job still counts to 2.
+    let loose = EngineLimits {
+        max_burst: 10,
+        ..EngineLimits::default()
+    };
+    let resumed = harness(PIECE, &script, "", loose).await;
+    resumed.run(&mut job, Some(Resume::Approved)).await;
+    assert_eq!(job.status, JobStatus::WaitingHuman, "{:?}", job.wait);
+    assert!(matches!(
+        job.wait.as_ref().map(|w| &w.request),
+        Some(WaitRequest::BurstConfirmation { calls: 2, .. })
+    ));
+    let mut log = started.events(&job);
+    log.extend(resumed.events(&job));
+    let session = job_session(&job.id, &log).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(session.max_burst(), 2);
+    assert_eq!(session.tool_loop_burst_count(), job.burst);
+}

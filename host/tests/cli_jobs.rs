@@ -242,6 +242,28 @@ fn setup_mistakes_are_usage_errors_that_say_what_to_do() {
     assert!(text(&bad).contains("maestro.toml:2:1"), "{}", text(&bad));
     assert!(text(&bad).contains("workers"), "{}", text(&bad));
 
+    std::fs::write(&config, "max_burst = 0\n").unwrap();
+    let zero = maestro(
+        &store,
+        &[
+            "run",
+            "chat",
+            "-i",
+            "hi",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(zero.status.code(), Some(2));
+    assert!(
+        text(&zero).contains("maestro.toml: max_burst must be at least 1"),
+        "{}",
+        text(&zero)
+    );
+    let flag = maestro(&store, &["run", "chat", "-i", "hi", "--max-burst", "0"]);
+    assert_eq!(flag.status.code(), Some(2), "{}", text(&flag));
+    assert!(text(&flag).contains("--max-burst"), "{}", text(&flag));
+
     let unknown = maestro(
         &store,
         &[

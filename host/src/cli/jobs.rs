@@ -119,6 +119,7 @@ fn store_only(store: &StoreOption) -> Result<Setup, Failure> {
         pieces: None,
         policy: None,
         wait_expiry_ms: None,
+        max_burst: None,
         store: store.clone(),
     })
 }

@@ -41,6 +41,11 @@ pub struct EngineOptions {
     /// (a worker applies it). Without it, waits last until answered.
     #[arg(long, value_name = "MS")]
     pub wait_expiry_ms: Option<u64>,
+    /// Tool calls a job may make between two human actions before the next one waits for a
+    /// go-ahead [default: 12]. Fixed for each job when it starts.
+    #[arg(long, value_name = "N", env = "MAESTRO_MAX_BURST",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_burst: Option<u32>,
     #[command(flatten)]
     pub store: StoreOption,
 }
@@ -63,6 +68,7 @@ struct ConfigFile {
     pieces: Option<PathBuf>,
     policy: Option<PathBuf>,
     store: Option<PathBuf>,
+    max_burst: Option<u32>,
     #[serde(default)]
     model: Option<toml::Table>,
 }
@@ -79,6 +85,7 @@ pub struct Setup {
     /// Woken when this process creates a job (a subtask), so its runners start at once.
     pub wake: Arc<Notify>,
     pub wait_expiry: Option<std::time::Duration>,
+    pub max_burst: Option<u32>,
 }
 
 impl Setup {
@@ -129,6 +136,16 @@ impl Setup {
             has_model_table: file.model.is_some(),
             wake: Arc::new(Notify::new()),
             wait_expiry: options.wait_expiry_ms.map(std::time::Duration::from_millis),
+            max_burst: match (options.max_burst, file.max_burst) {
+                (Some(flag), _) => Some(flag),
+                (None, Some(0)) => {
+                    return Err(Failure::usage(format!(
+                        "{}: max_burst must be at least 1",
+                        config.as_deref().unwrap_or(Path::new("")).display()
+                    )));
+                }
+                (None, from_file) => from_file,
+            },
         })
     }
 
@@ -237,11 +254,17 @@ impl Setup {
         runtime.set_subtask_spawner(spawner.clone());
         let model = self.model_config()?.build().map_err(Failure::usage)?;
         let catalog = self.catalog(runtime).await?;
-        Ok(
-            Engine::new(model, Arc::new(catalog), pieces, EngineLimits::default())
-                .map_err(Failure::usage)?
-                .with_child_jobs(spawner),
-        )
+        Ok(Engine::new(model, Arc::new(catalog), pieces, self.limits())
+            .map_err(Failure::usage)?
+            .with_child_jobs(spawner))
+    }
+
+    fn limits(&self) -> EngineLimits {
+        let defaults = EngineLimits::default();
+        EngineLimits {
+            max_burst: self.max_burst.unwrap_or(defaults.max_burst),
+            ..defaults
+        }
     }
 
     fn model_config(&self) -> Result<ModelConfig, Failure> {

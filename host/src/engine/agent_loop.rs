@@ -199,7 +199,7 @@ async fn run_call(
     }
     if call.name != TRANSITION_TOOL {
         job.burst += 1;
-        if job.burst >= cx.limits.max_burst {
+        if job.burst >= job.max_burst {
             return Flow::Finish(burst_gate(job, call));
         }
     }
@@ -461,7 +461,7 @@ async fn settle_burst(
                 Guard::BurstLimit,
                 format!(
                     "the job made {} tool calls without a human and nobody said to go on",
-                    cx.limits.max_burst
+                    job.max_burst
                 ),
             ));
         }

@@ -18,7 +18,7 @@ pub enum JobEvent {
         input: String,
         parent: Option<String>,
         /// The tool-call burst the job may make before a human must say go on.
-        #[serde(default = "default_max_burst")]
+        #[serde(default = "super::job::default_max_burst")]
         max_burst: u32,
     },
     MovementEntered {
@@ -68,10 +68,6 @@ pub enum JobEvent {
         status: JobStatus,
         detail: String,
     },
-}
-
-fn default_max_burst() -> u32 {
-    crate::phase::DEFAULT_MAX_BURST
 }
 
 /// Receives a job's events as they happen.

@@ -176,6 +176,10 @@ pub fn resume_name(resume: &Resume) -> &'static str {
     }
 }
 
+pub(super) fn default_max_burst() -> u32 {
+    crate::phase::DEFAULT_MAX_BURST
+}
+
 /// How a parked job continues once its wait is answered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -249,6 +253,10 @@ pub struct JobState {
     /// burst count, kept here so that a resume in another process goes on counting.
     #[serde(default)]
     pub burst: u32,
+    /// The burst limit, fixed when the job starts: an engine configured otherwise later still
+    /// counts this job as its log does.
+    #[serde(default = "default_max_burst")]
+    pub max_burst: u32,
     pub conversation: Vec<Message>,
     pub wait: Option<Wait>,
     /// When the current wait expires (Unix ms); the job is then resumed with `expired`. Set by
@@ -282,6 +290,7 @@ impl JobState {
             asks: 0,
             parks: 0,
             burst: 0,
+            max_burst: default_max_burst(),
             wait: None,
             wait_expires_at_ms: None,
             children: Vec::new(),

@@ -222,13 +222,14 @@ impl Engine {
             _ => return Err(not_runnable(job, "it has ended".to_owned())),
         };
         if job.status == JobStatus::Pending && job.movements_entered == 0 {
+            job.max_burst = self.limits.max_burst;
             observer.on_event(
                 &job.id,
                 &JobEvent::Started {
                     piece: job.piece.clone(),
                     input: job.input.clone(),
                     parent: job.parent.clone(),
-                    max_burst: self.limits.max_burst,
+                    max_burst: job.max_burst,
                 },
             );
         }
