@@ -3,7 +3,12 @@
 //!
 //! Invariant: spawning is idempotent per call: the child's id is derived from the parent job,
 //! the call id and the spawn's index within the call, so a call that runs again (after a crash,
-//! or a resume) finds the child it already started instead of starting another.
+//! or a resume) finds the child it already started instead of starting another. A job nested
+//! [`MAX_SUBTASK_DEPTH`] deep starts no more children, so a piece that spawns itself ends.
+
+/// How deep subtasks nest: a top-level job is at depth 0, its children at 1, and a job at this
+/// depth may not spawn.
+pub const MAX_SUBTASK_DEPTH: u32 = 4;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -68,6 +73,14 @@ impl StoreSpawner {
             )
         })?;
         let id = child_id(&parent.job_id, &parent.call_id, parent.index);
+        let depth = self.depth(&parent.job_id)?;
+        if depth >= MAX_SUBTASK_DEPTH {
+            return Err(format!(
+                "job {} is a subtask {depth} levels deep, the most allowed ({MAX_SUBTASK_DEPTH}); \
+                 do this work in this job instead of starting another",
+                parent.job_id
+            ));
+        }
         match self.store.load(&id) {
             Ok((existing, _)) if existing.parent.as_deref() == Some(parent.job_id.as_str()) => {
                 return Ok(id);
@@ -84,6 +97,26 @@ impl StoreSpawner {
             .map_err(|error| error.to_string())?;
         self.wake.notify_waiters();
         Ok(id)
+    }
+}
+
+impl StoreSpawner {
+    /// How many ancestors `job_id` has (0 for a top-level job).
+    fn depth(&self, job_id: &str) -> Result<u32, String> {
+        let mut depth = 0;
+        let mut current = job_id.to_owned();
+        // Bounded: a cycle in corrupt data cannot loop for ever.
+        while depth <= MAX_SUBTASK_DEPTH {
+            let (job, _) = self.store.load(&current).map_err(|e| e.to_string())?;
+            match job.parent {
+                Some(parent) => {
+                    depth += 1;
+                    current = parent;
+                }
+                None => break,
+            }
+        }
+        Ok(depth)
     }
 }
 
@@ -116,7 +149,46 @@ impl ChildJobs for StoreSpawner {
 
 #[cfg(test)]
 mod tests {
-    use super::child_id;
+    use super::*;
+    use crate::store::SqliteStore;
+
+    #[test]
+    fn a_subtask_at_the_depth_limit_starts_no_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn JobStore> =
+            Arc::new(SqliteStore::open(dir.path().join("j.db")).unwrap());
+        let piece = crate::piece::parse_piece(
+            "name: again\ninitial_movement: a\nmax_movements: 1\nmovements:\n  - name: a\n    instructions: x\n    tools: []\n",
+            "again.yaml",
+        )
+        .unwrap();
+        let spawner = StoreSpawner::new(store.clone(), [&piece], Arc::new(Notify::new()));
+        let top = JobState::new("job-top".into(), "again", "a", "go".into());
+        store.create(&top).unwrap();
+        let mut parent = top.id.clone();
+        for level in 1..=MAX_SUBTASK_DEPTH {
+            let context = SpawnContext {
+                job_id: parent.clone(),
+                call_id: "call-0".into(),
+                index: 0,
+                plugin: "spawn_subtask".into(),
+            };
+            parent = spawner
+                .spawn_now(&context, "again", "deeper".into())
+                .unwrap_or_else(|error| panic!("level {level}: {error}"));
+        }
+        let context = SpawnContext {
+            job_id: parent.clone(),
+            call_id: "call-0".into(),
+            index: 0,
+            plugin: "spawn_subtask".into(),
+        };
+        let error = spawner
+            .spawn_now(&context, "again", "deeper".into())
+            .unwrap_err();
+        assert!(error.contains("4 levels deep"), "{error}");
+        assert!(store.children(&parent).unwrap().is_empty());
+    }
 
     #[test]
     fn child_ids_are_stable_per_call_and_index() {
