@@ -256,7 +256,8 @@ fn report(setup: &Setup, job: &JobState, result: &PieceRunResult) {
                     calls,
                 } => {
                     println!(
-                        "  the agent made {calls} tool calls since a human last acted; next it                          wants {tool} with {arguments}"
+                        "  the agent made {calls} tool calls since a human last acted; next it \
+                         wants {tool} with {arguments}"
                     );
                     println!("  let it go on, stop it, or tell it something with:");
                     println!("{}", command("approve", ""));

@@ -452,7 +452,8 @@ async fn settle_burst(
             "Not run: after a burst of tool calls a human stopped this one. Their reason: {reason}"
         ),
         Resume::Answered(text) => format!(
-            "Not run: after a burst of tool calls the user was asked whether to go on and              replied: {text}"
+            "Not run: after a burst of tool calls the user was asked whether to go on and \
+             replied: {text}"
         ),
         Resume::Expired => {
             let note = "Not run: nobody said to go on after the burst of tool calls.";
