@@ -298,6 +298,25 @@ impl SqliteStore {
         .map_err(|e| self.db_error(e))
     }
 
+    /// Makes the waiting job `id` runnable with the answer to its wait, which the next claim
+    /// hands to the run.
+    fn make_runnable(
+        &self,
+        tx: &rusqlite::Connection,
+        id: &str,
+        resume: &Resume,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        let resume = serde_json::to_string(resume).map_err(|e| self.db_error(e))?;
+        tx.exec_cached(
+            "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?3, \
+             wait_expires_at_ms = NULL WHERE id = ?1",
+            params![id, resume, at],
+        )
+        .map_err(|e| self.db_error(e))?;
+        Ok(())
+    }
+
     /// Takes `id` for `owner` if it is runnable: pending, or running under an expired lease.
     fn claim_in(
         &self,
@@ -381,15 +400,7 @@ impl JobStore for SqliteStore {
                     job: id.to_owned(),
                     message,
                 })?;
-            let resume = serde_json::to_string(resume).map_err(|e| self.db_error(e))?;
-            tx.exec_cached(
-                "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?3, \
-             wait_expires_at_ms = NULL \
-                 WHERE id = ?1",
-                params![id, resume, at],
-            )
-            .map_err(|e| self.db_error(e))?;
-            Ok(())
+            self.make_runnable(tx, id, resume, at)
         })
     }
 

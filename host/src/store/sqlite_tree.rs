@@ -5,7 +5,7 @@
 //! cancel), so a child's end and its parent's release are one atomic step: no child end is
 //! missed and no parent is released twice.
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::OptionalExtension;
 
 use super::{Cached, SqliteStore};
 use crate::engine::{JobEvent, JobState, JobStatus, WaitRequest};
@@ -71,16 +71,7 @@ impl SqliteStore {
                 output: child.result.unwrap_or_default(),
             });
         }
-        let resume =
-            serde_json::to_string(&Resume::SubtasksDone(results)).map_err(|e| self.db_error(e))?;
-        tx.exec_cached(
-            "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?3, \
-             wait_expires_at_ms = NULL \
-             WHERE id = ?1",
-            params![parent, resume, at],
-        )
-        .map_err(|e| self.db_error(e))?;
-        Ok(())
+        self.make_runnable(tx, parent, &Resume::SubtasksDone(results), at)
     }
 
     /// After `job` was written: release it if it parked on children that already ended, and
