@@ -226,34 +226,26 @@ fn setup_mistakes_are_usage_errors_that_say_what_to_do() {
     );
 
     let config = dir.path().join("maestro.toml");
-    std::fs::write(&config, "plugins = \"p\"\nworkers = 4\n").unwrap();
-    let bad = maestro(
-        &store,
-        &[
-            "run",
-            "chat",
-            "-i",
-            "hi",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let run_with_config = |contents: &str| {
+        std::fs::write(&config, contents).unwrap();
+        maestro(
+            &store,
+            &[
+                "run",
+                "chat",
+                "-i",
+                "hi",
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        )
+    };
+    let bad = run_with_config("plugins = \"p\"\nworkers = 4\n");
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad).contains("maestro.toml:2:1"), "{}", text(&bad));
     assert!(text(&bad).contains("workers"), "{}", text(&bad));
 
-    std::fs::write(&config, "max_burst = 0\n").unwrap();
-    let zero = maestro(
-        &store,
-        &[
-            "run",
-            "chat",
-            "-i",
-            "hi",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let zero = run_with_config("max_burst = 0\n");
     assert_eq!(zero.status.code(), Some(2));
     assert!(
         text(&zero).contains("maestro.toml: max_burst must be at least 1"),

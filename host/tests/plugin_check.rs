@@ -9,18 +9,23 @@ use maestro_examples as examples;
 use maestro_plugins as artifacts;
 use serde_json::Value;
 
-fn check(component: &str, extra: &[&str]) -> (Output, Value) {
-    let output = Command::new(env!("CARGO_BIN_EXE_maestro"))
+/// `maestro plugin check` with `args`, with no policy from the environment.
+fn plugin_check(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_maestro"))
         // A cache shared across runs: the Python and JavaScript components take seconds to compile.
         .env(
             "MAESTRO_CACHE_DIR",
             Path::new(artifacts::DIR).join("../e2e-cache"),
         )
         .env_remove("MAESTRO_POLICY")
-        .args(["plugin", "check", "--json", component])
-        .args(extra)
+        .args(["plugin", "check"])
+        .args(args)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn check(component: &str, extra: &[&str]) -> (Output, Value) {
+    let output = plugin_check(&[&["--json", component], extra].concat());
     let report = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
         panic!(
             "{component}: the report is not JSON ({err}):\n{}{}",
@@ -116,14 +121,7 @@ fn a_plugin_that_breaks_the_policy_fails_with_the_reason() {
 
 #[test]
 fn text_output_is_a_readable_table_and_a_missing_file_is_a_clear_failure() {
-    let output = Command::new(env!("CARGO_BIN_EXE_maestro"))
-        .env(
-            "MAESTRO_CACHE_DIR",
-            Path::new(artifacts::DIR).join("../e2e-cache"),
-        )
-        .args(["plugin", "check", examples::CONFIRM])
-        .output()
-        .unwrap();
+    let output = plugin_check(&[examples::CONFIRM]);
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{text}");
     assert!(text.contains("PASS  resume"), "{text}");

@@ -235,7 +235,7 @@ async fn check_tool(plugin: &Plugin, spec: &ToolSpec, report: &mut Report) {
 async fn check_resumes(plugin: &Plugin, parked: &CallRequest, park: &Park, report: &mut Report) {
     let tool = Some(parked.tool.as_str());
     for resume in resumes_for(park) {
-        let label = resume_label(&resume);
+        let label = crate::engine::resume_name(&resume);
         match plugin.invoke(parked.clone().resumed(resume)).await {
             Ok(outcome) => report.push(
                 "resume",
@@ -310,8 +310,4 @@ fn park_label(park: &Park) -> String {
         Park::Subtasks(_) => "park subtasks",
     }
     .into()
-}
-
-fn resume_label(resume: &Resume) -> &'static str {
-    crate::engine::resume_name(resume)
 }
