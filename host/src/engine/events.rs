@@ -73,6 +73,9 @@ pub enum JobEvent {
 /// Receives a job's events as they happen.
 pub trait Observer: Send + Sync {
     fn on_event(&self, job_id: &str, event: &JobEvent);
+
+    /// The job and the events of its run are now durable (a worker saved them), with `status`.
+    fn on_saved(&self, _job_id: &str, _status: JobStatus) {}
 }
 
 /// Ignores every event.

@@ -27,7 +27,7 @@ pub use piece_runner::{
     Guard, MapContext, MovementResult, PieceRunResult, Step, Target, map_movement_result,
 };
 pub use session::{SessionLogError, job_session, runtime_events};
-pub use tools::{CatalogError, TRANSITION_TOOL, ToolCatalog};
+pub use tools::{CatalogError, CatalogSlot, TRANSITION_TOOL, ToolCatalog};
 
 use crate::llm::Model;
 use crate::piece::{LintError, Piece};
@@ -109,7 +109,7 @@ pub trait ChildJobs: Send + Sync {
 /// Runs jobs. Cheap to share behind an `Arc`; runs of different jobs may overlap.
 pub struct Engine {
     model: Arc<dyn Model>,
-    catalog: Arc<ToolCatalog>,
+    catalog: Arc<CatalogSlot>,
     pieces: BTreeMap<String, Arc<Piece>>,
     limits: EngineLimits,
     child_jobs: Option<Arc<dyn ChildJobs>>,
@@ -124,11 +124,42 @@ impl Engine {
         pieces: impl IntoIterator<Item = Piece>,
         limits: EngineLimits,
     ) -> Result<Self, EngineError> {
-        let known_tools = catalog.tool_names();
+        let slot = Arc::new(CatalogSlot::new(catalog));
+        Self::build(model, slot, pieces, limits, false).map(|(engine, _)| engine)
+    }
+
+    /// An engine on a catalog that others replace while it runs (hot loading). A tool that no
+    /// plugin offers now may be offered later, so those lint errors come back as warnings (a
+    /// call to such a tool is answered to the model as an unknown tool); any other lint error
+    /// still refuses the pieces.
+    pub fn on_live_catalog(
+        model: Arc<dyn Model>,
+        slot: Arc<CatalogSlot>,
+        pieces: impl IntoIterator<Item = Piece>,
+        limits: EngineLimits,
+    ) -> Result<(Self, Vec<LintError>), EngineError> {
+        Self::build(model, slot, pieces, limits, true)
+    }
+
+    fn build(
+        model: Arc<dyn Model>,
+        catalog: Arc<CatalogSlot>,
+        pieces: impl IntoIterator<Item = Piece>,
+        limits: EngineLimits,
+        tools_may_come_later: bool,
+    ) -> Result<(Self, Vec<LintError>), EngineError> {
+        let known_tools = catalog.current().tool_names();
         let mut by_name: BTreeMap<String, Arc<Piece>> = BTreeMap::new();
         let mut lint_errors = Vec::new();
+        let mut warnings = Vec::new();
         for piece in pieces {
-            lint_errors.extend(crate::piece::lint(&piece, &known_tools));
+            for error in crate::piece::lint(&piece, &known_tools) {
+                if tools_may_come_later && error.kind == crate::piece::LintKind::UnknownTool {
+                    warnings.push(error);
+                } else {
+                    lint_errors.push(error);
+                }
+            }
             if let Some(first) = by_name.get(&piece.name.value) {
                 return Err(EngineError::DuplicatePiece {
                     name: piece.name.value.clone(),
@@ -141,13 +172,14 @@ impl Engine {
         if !lint_errors.is_empty() {
             return Err(EngineError::Lint(lint_errors));
         }
-        Ok(Self {
+        let engine = Self {
             model,
             catalog,
             pieces: by_name,
             limits,
             child_jobs: None,
-        })
+        };
+        Ok((engine, warnings))
     }
 
     /// Lets rule-based waits for subtasks see the children the job layer started.
@@ -164,7 +196,13 @@ impl Engine {
         self.pieces.values()
     }
 
-    pub fn catalog(&self) -> &Arc<ToolCatalog> {
+    /// The catalog as it stands now.
+    pub fn catalog(&self) -> Arc<ToolCatalog> {
+        self.catalog.current()
+    }
+
+    /// Where the catalog can be replaced (hot loading); runs already going keep theirs.
+    pub fn catalog_slot(&self) -> &Arc<CatalogSlot> {
         &self.catalog
     }
 
@@ -251,9 +289,11 @@ impl Engine {
         job.status = JobStatus::Running;
         job.wait = None;
         job.wait_expires_at_ms = None;
+        // One snapshot for the whole run: a reload mid-run never mixes versions in it.
+        let catalog = self.catalog.current();
         let cx = agent_loop::LoopContext {
             model: self.model.as_ref(),
-            catalog: &self.catalog,
+            catalog: &catalog,
             limits: &self.limits,
             piece: &piece,
             observer,

@@ -51,7 +51,7 @@ pub struct Plugin {
     policy: Arc<CompiledPolicy>,
     runtime: Runtime,
     report: LoadReport,
-    pub(super) source: Option<PathBuf>,
+    pub(crate) source: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -71,19 +71,24 @@ impl Plugin {
     pub(super) async fn load(
         runtime: Runtime,
         name: &str,
-        bytes: &[u8],
+        bytes: Vec<u8>,
+        hash: Option<String>,
         policy: PluginPolicy,
     ) -> Result<Self, LoadError> {
         let started = Instant::now();
-        check_header(bytes)?;
-        let hash = content_hash(bytes);
+        check_header(&bytes)?;
         let engine = runtime.engine().clone();
-        let (component, compiled_from) = {
+        // Hashing and compiling (or mapping) a large component take milliseconds: off the
+        // async threads.
+        let (component, compiled_from, hash) = {
             let cache = runtime.inner.cache.clone();
-            let (bytes, hash) = (bytes.to_vec(), hash.clone());
-            tokio::task::spawn_blocking(move || match &cache {
-                Some(cache) => cache.get_or_compile(&engine, &bytes, &hash),
-                None => Component::new(&engine, &bytes).map(|c| (c, CompiledFrom::Compiler)),
+            tokio::task::spawn_blocking(move || {
+                let hash = hash.unwrap_or_else(|| content_hash(&bytes));
+                match &cache {
+                    Some(cache) => cache.get_or_compile(&engine, &bytes, &hash),
+                    None => Component::new(&engine, &bytes).map(|c| (c, CompiledFrom::Compiler)),
+                }
+                .map(|(component, from)| (component, from, hash))
             })
             .await
             .map_err(|err| LoadError::Compile(err.to_string()))?

@@ -144,12 +144,26 @@ impl Runtime {
         bytes: &[u8],
         policy: PluginPolicy,
     ) -> Result<Plugin, LoadError> {
+        self.load_owned(name, bytes.to_vec(), None, policy).await
+    }
+
+    /// [`Runtime::load`] for bytes the caller hands over, with their [`content_hash`] when the
+    /// caller already has it: a large component is then neither copied nor hashed again.
+    ///
+    /// [`content_hash`]: super::content_hash
+    pub async fn load_owned(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+        content_hash: Option<String>,
+        policy: PluginPolicy,
+    ) -> Result<Plugin, LoadError> {
         if policy.fuel.is_some() && !self.inner.fuel {
             return Err(LoadError::Policy(format!(
                 "the policy of `{name}` sets a fuel budget but this runtime does not meter fuel"
             )));
         }
-        Plugin::load(self.clone(), name, bytes, policy).await
+        Plugin::load(self.clone(), name, bytes, content_hash, policy).await
     }
 }
 

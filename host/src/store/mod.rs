@@ -133,6 +133,9 @@ pub trait JobStore: Send + Sync {
     /// Jobs, newest first, optionally only those with `status`.
     fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError>;
 
+    /// One job's row of [`JobStore::list`].
+    fn summary(&self, id: &str) -> Result<JobSummary, StoreError>;
+
     /// The events of a job with a sequence number greater than `after`, oldest first.
     fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError>;
 }

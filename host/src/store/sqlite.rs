@@ -146,6 +146,53 @@ impl SqliteStore {
         &self.path
     }
 
+    /// The summary rows that `filter` (a WHERE clause with its ORDER and LIMIT) selects.
+    fn summaries(
+        &self,
+        filter: &str,
+        parameters: impl rusqlite::Params,
+    ) -> Result<Vec<JobSummary>, StoreError> {
+        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let mut query = connection
+            .prepare_cached(&format!(
+                "SELECT id, piece, status, movement, wait_reason, parent, created_at_ms, \
+                 updated_at_ms FROM jobs {filter}"
+            ))
+            .map_err(|e| self.db_error(e))?;
+        let rows = query
+            .query_map(parameters, |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, Option<String>>(4)?,
+                    row.get::<_, Option<String>>(5)?,
+                    row.get::<_, i64>(6)?,
+                    row.get::<_, i64>(7)?,
+                ))
+            })
+            .map_err(|e| self.db_error(e))?;
+        let mut jobs = Vec::new();
+        for row in rows {
+            let (id, piece, status, movement, wait_reason, parent, created, updated) =
+                row.map_err(|e| self.db_error(e))?;
+            let status = JobStatus::parse(&status)
+                .ok_or_else(|| self.corrupt(&id, format!("unknown status `{status}`")))?;
+            jobs.push(JobSummary {
+                id,
+                piece,
+                status,
+                movement,
+                wait_reason,
+                parent,
+                created_at_ms: created,
+                updated_at_ms: updated,
+            });
+        }
+        Ok(jobs)
+    }
+
     fn db_error(&self, error: impl std::fmt::Display) -> StoreError {
         StoreError::Database {
             path: self.path.display().to_string(),
@@ -543,49 +590,16 @@ impl JobStore for SqliteStore {
     }
 
     fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError> {
-        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        let mut query = connection
-            .prepare_cached(
-                "SELECT id, piece, status, movement, wait_reason, parent, created_at_ms, \
-                 updated_at_ms FROM jobs WHERE ?1 IS NULL OR status = ?1 \
-                 ORDER BY created_at_ms DESC, id DESC LIMIT ?2",
-            )
-            .map_err(|e| self.db_error(e))?;
-        let rows = query
-            .query_map(
-                params![status.map(JobStatus::as_str), limit as i64],
-                |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, String>(3)?,
-                        row.get::<_, Option<String>>(4)?,
-                        row.get::<_, Option<String>>(5)?,
-                        row.get::<_, i64>(6)?,
-                        row.get::<_, i64>(7)?,
-                    ))
-                },
-            )
-            .map_err(|e| self.db_error(e))?;
-        let mut jobs = Vec::new();
-        for row in rows {
-            let (id, piece, status, movement, wait_reason, parent, created, updated) =
-                row.map_err(|e| self.db_error(e))?;
-            let status = JobStatus::parse(&status)
-                .ok_or_else(|| self.corrupt(&id, format!("unknown status `{status}`")))?;
-            jobs.push(JobSummary {
-                id,
-                piece,
-                status,
-                movement,
-                wait_reason,
-                parent,
-                created_at_ms: created,
-                updated_at_ms: updated,
-            });
-        }
-        Ok(jobs)
+        self.summaries(
+            "WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at_ms DESC, id DESC LIMIT ?2",
+            params![status.map(JobStatus::as_str), limit as i64],
+        )
+    }
+
+    fn summary(&self, id: &str) -> Result<JobSummary, StoreError> {
+        self.summaries("WHERE id = ?1", params![id])?
+            .pop()
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))
     }
 
     fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {

@@ -157,6 +157,11 @@ impl Worker {
         let done = run
             .finish(claimed, self.observer.clone(), CancelFlag::default())
             .await;
+        if done.saved.is_ok()
+            && let Some(observer) = &self.observer
+        {
+            observer.on_saved(&done.state.id, done.state.status);
+        }
         match &done.saved {
             Ok(()) if done.state.status.is_final() => {
                 // Its parent may have become runnable.
