@@ -6,9 +6,10 @@
 //! over `CACHED_RUNS` cached loads and calls; one cold compile each, in a fresh cache).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use maestro::plugin::{CallRequest, CompiledFrom, PluginPolicy, Runtime, RuntimeConfig};
+use maestro_benches::{human_size, human_time, median};
 use serde_json::json;
 
 const CACHED_RUNS: usize = 15;
@@ -83,29 +84,5 @@ fn main() {
             human_time(median(&mut loads)),
             human_time(median(&mut calls)),
         );
-    }
-}
-
-fn median(samples: &mut [Duration]) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-fn human_size(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 20 => format!("{:.1} MB", b as f64 / (1 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.0} KB", b as f64 / (1 << 10) as f64),
-        b => format!("{b} B"),
-    }
-}
-
-fn human_time(duration: Duration) -> String {
-    let ms = duration.as_secs_f64() * 1000.0;
-    if ms >= 1000.0 {
-        format!("{:.1} s", ms / 1000.0)
-    } else if ms >= 10.0 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{ms:.2} ms")
     }
 }

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use maestro::engine::{Engine, EngineLimits, ToolCatalog};
 use maestro::llm::ScriptedModel;
@@ -36,4 +37,31 @@ pub fn chat_engine(rt: &tokio::runtime::Runtime, script: &str) -> (Engine, tempf
     let engine =
         Engine::new(model, catalog, [piece], EngineLimits::default()).expect("piece lints");
     (engine, cache)
+}
+
+/// The middle sample (sorts them).
+pub fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// `4 KB`, `18.2 MB`.
+pub fn human_size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 => format!("{:.1} MB", b as f64 / (1 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.0} KB", b as f64 / (1 << 10) as f64),
+        b => format!("{b} B"),
+    }
+}
+
+/// `0.26 ms`, `63 ms`, `7.2 s`.
+pub fn human_time(duration: Duration) -> String {
+    let ms = duration.as_secs_f64() * 1000.0;
+    if ms >= 1000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else if ms >= 10.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{ms:.2} ms")
+    }
 }

@@ -1,7 +1,8 @@
 //! maestro: a host for agent engines whose tools are sandboxed WebAssembly
 //! components. `plugin` is the component runtime and its sandbox; `piece`
 //! loads and lints YAML workflows; `phase` is the pure phase machine of
-//! sessions; `conformance` is the tool authors' check kit; `cli` is the `maestro` command.
+//! sessions; `conformance` is the tool authors' check kit; `store` and `worker` keep and run
+//! jobs; `serve` is the HTTP server; `cli` is the `maestro` command.
 
 pub mod cli;
 pub mod conformance;
@@ -10,5 +11,6 @@ pub mod llm;
 pub mod phase;
 pub mod piece;
 pub mod plugin;
+pub mod serve;
 pub mod store;
 pub mod worker;

@@ -50,11 +50,10 @@ fn main() {
     let (mut resolve, world) = contract(&wit_dir);
 
     let mut built = Vec::new();
-    built.push(install(
-        &examples_dir,
-        "confirm",
-        &wat_tool(&here, &resolve, world),
-    ));
+    for name in ["confirm", "stamp"] {
+        let component = wat_tool(&here, name, &resolve, world);
+        built.push(install(&examples_dir, name, &component));
+    }
     let c = c_tool(&here, &wit_dir, &out_dir, &mut resolve, world);
     built.push(install(&examples_dir, "text_stats", &c));
     built.push(script_tool(&here, "python", "convert_units", &examples_dir));
@@ -93,8 +92,8 @@ fn contract(wit_dir: &Path) -> (Resolve, WorldId) {
 }
 
 /// A core module that already speaks the canonical ABI: embed the world, make a component.
-fn wat_tool(here: &Path, resolve: &Resolve, world: WorldId) -> Vec<u8> {
-    let source = here.join("wat/confirm.wat");
+fn wat_tool(here: &Path, name: &str, resolve: &Resolve, world: WorldId) -> Vec<u8> {
+    let source = here.join(format!("wat/{name}.wat"));
     let mut module = wat::parse_file(&source)
         .unwrap_or_else(|err| panic!("cannot assemble {}: {err}", source.display()));
     wit_component::embed_component_metadata(

@@ -10,6 +10,7 @@ mod jobs;
 mod piece;
 mod plugin;
 mod run;
+mod serve;
 mod setup;
 mod work;
 
@@ -56,6 +57,9 @@ enum Command {
     Jobs(jobs::JobsCommand),
     /// Run the jobs of a store with concurrent runners (subtasks included).
     Work(work::WorkCommand),
+    /// Serve the HTTP API, the approval inbox and live events, run the jobs, and hot-load the
+    /// plugin folder.
+    Serve(serve::ServeCommand),
 }
 
 /// Error of a command: the message is printed as `error: …`.
@@ -142,6 +146,7 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
         Command::Run(command) => run::execute(command, runtime()?).await,
         Command::Jobs(command) => jobs::execute(command, runtime).await,
         Command::Work(command) => work::execute(command, runtime()?).await,
+        Command::Serve(command) => serve::execute(command, runtime()?).await,
     }
 }
 

@@ -16,7 +16,7 @@ use super::Failure;
 use super::plugin::plugin_name;
 use crate::engine::{Engine, EngineLimits, ToolCatalog};
 use crate::llm::ModelConfig;
-use crate::piece::{Piece, load_dir, load_piece};
+use crate::piece::{LintError, Piece, load_dir, load_piece};
 use crate::plugin::{Policy, Runtime};
 use crate::store::{JobStore, SqliteStore};
 use crate::worker::StoreSpawner;
@@ -71,6 +71,50 @@ struct ConfigFile {
     max_burst: Option<u32>,
     #[serde(default)]
     model: Option<toml::Table>,
+    #[serde(default)]
+    server: ServerSection,
+}
+
+/// The `[server]` table, read by `maestro serve`.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// `IP:port` [default: 127.0.0.1:7070].
+    pub listen: Option<String>,
+    /// Bearer tokens the API accepts; none: the server must listen on loopback.
+    #[serde(default)]
+    pub tokens: Vec<String>,
+    pub runners: Option<usize>,
+    pub lease_ms: Option<u64>,
+    pub wait_expiry_ms: Option<u64>,
+    pub watch_debounce_ms: Option<u64>,
+    pub max_upload_mib: Option<usize>,
+    /// Where every plugin version that ever served is kept by content hash
+    /// [default: `plugin-versions` beside the store file].
+    pub archive: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for ServerSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSection")
+            .field("listen", &self.listen)
+            .field("tokens", &format_args!("{} token(s)", self.tokens.len()))
+            .field("runners", &self.runners)
+            .field("lease_ms", &self.lease_ms)
+            .field("wait_expiry_ms", &self.wait_expiry_ms)
+            .field("watch_debounce_ms", &self.watch_debounce_ms)
+            .field("max_upload_mib", &self.max_upload_mib)
+            .field("archive", &self.archive)
+            .finish()
+    }
+}
+
+/// The tools an engine runs on.
+pub enum EngineCatalog {
+    /// These plugins, for the engine's life: every tool a piece names must be there.
+    Fixed(ToolCatalog),
+    /// A catalog that hot loading replaces: a tool may come later.
+    Live(Arc<crate::engine::CatalogSlot>),
 }
 
 /// The resolved choices.
@@ -86,6 +130,8 @@ pub struct Setup {
     pub wake: Arc<Notify>,
     pub wait_expiry: Option<std::time::Duration>,
     pub max_burst: Option<u32>,
+    /// The `[server]` table; its `archive` is made absolute like the other paths.
+    pub server: ServerSection,
 }
 
 impl Setup {
@@ -118,6 +164,11 @@ impl Setup {
             None if Path::new("pieces").is_dir() => Some(absolute(Path::new("pieces"))?),
             None => None,
         };
+        let mut server = file.server;
+        server.archive = from_file(server.archive.take())
+            .as_deref()
+            .map(absolute)
+            .transpose()?;
         let model = match options.model.as_deref().map(|spec| spec.split_once(':')) {
             // A script path is a path like any other: absolute, so it replays anywhere.
             Some(Some(("scripted", script))) => Some(format!(
@@ -135,7 +186,10 @@ impl Setup {
             store,
             has_model_table: file.model.is_some(),
             wake: Arc::new(Notify::new()),
-            wait_expiry: options.wait_expiry_ms.map(std::time::Duration::from_millis),
+            wait_expiry: options
+                .wait_expiry_ms
+                .or(server.wait_expiry_ms)
+                .map(std::time::Duration::from_millis),
             max_burst: match (options.max_burst, file.max_burst) {
                 (Some(flag), _) => Some(flag),
                 (None, Some(0)) => {
@@ -146,6 +200,7 @@ impl Setup {
                 }
                 (None, from_file) => from_file,
             },
+            server,
         })
     }
 
@@ -164,7 +219,8 @@ impl Setup {
         store: &Arc<SqliteStore>,
     ) -> Result<Engine, Failure> {
         let piece = self.find_piece(piece)?;
-        self.engine_for(runtime, vec![piece], store).await
+        let catalog = EngineCatalog::Fixed(self.catalog(runtime).await?);
+        Ok(self.engine_for(runtime, vec![piece], store, catalog)?.0)
     }
 
     /// An engine for every piece of the pieces folder (what a worker runs); any piece that
@@ -174,6 +230,13 @@ impl Setup {
         runtime: &Runtime,
         store: &Arc<SqliteStore>,
     ) -> Result<Engine, Failure> {
+        let pieces = self.all_pieces()?;
+        let catalog = EngineCatalog::Fixed(self.catalog(runtime).await?);
+        Ok(self.engine_for(runtime, pieces, store, catalog)?.0)
+    }
+
+    /// Every piece of the pieces folder; any piece that does not load is an error.
+    pub fn all_pieces(&self) -> Result<Vec<Piece>, Failure> {
         let Some(dir) = &self.pieces else {
             return Err(Failure::usage(
                 "no pieces folder: give --pieces or `pieces` in --config",
@@ -187,7 +250,7 @@ impl Setup {
         if pieces.is_empty() {
             return Err(Failure::usage(format!("no pieces in {}", dir.display())));
         }
-        self.engine_for(runtime, pieces, store).await
+        Ok(pieces)
     }
 
     /// A new pending job of `piece` in `store` (for a worker to run).
@@ -233,17 +296,20 @@ impl Setup {
         } else {
             self.find_piece(&job.piece)?
         };
-        self.engine_for(runtime, vec![piece], store).await
+        let catalog = EngineCatalog::Fixed(self.catalog(runtime).await?);
+        Ok(self.engine_for(runtime, vec![piece], store, catalog)?.0)
     }
 
-    /// The engine over `pieces`. Subtasks become pending jobs of `store`, of any piece the
-    /// pieces folder holds; the spawner wakes the runners of this process.
-    async fn engine_for(
+    /// The engine over `pieces` and `catalog`, and the lint warnings a live catalog turns
+    /// unknown tools into. Subtasks become pending jobs of `store`, of any piece the pieces
+    /// folder holds; the spawner wakes the runners of this process.
+    pub fn engine_for(
         &self,
         runtime: &Runtime,
         pieces: Vec<Piece>,
         store: &Arc<SqliteStore>,
-    ) -> Result<Engine, Failure> {
+        catalog: EngineCatalog,
+    ) -> Result<(Engine, Vec<LintError>), Failure> {
         let mut known: Vec<Piece> = match &self.pieces {
             Some(dir) => load_dir(dir).0,
             None => Vec::new(),
@@ -253,10 +319,26 @@ impl Setup {
         let spawner = Arc::new(StoreSpawner::new(store.clone(), &known, self.wake.clone()));
         runtime.set_subtask_spawner(spawner.clone());
         let model = self.model_config()?.build().map_err(Failure::usage)?;
-        let catalog = self.catalog(runtime).await?;
-        Ok(Engine::new(model, Arc::new(catalog), pieces, self.limits())
-            .map_err(Failure::usage)?
-            .with_child_jobs(spawner))
+        let (engine, warnings) = match catalog {
+            EngineCatalog::Fixed(catalog) => (
+                Engine::new(model, Arc::new(catalog), pieces, self.limits())
+                    .map_err(Failure::usage)?,
+                Vec::new(),
+            ),
+            EngineCatalog::Live(slot) => {
+                Engine::on_live_catalog(model, slot, pieces, self.limits())
+                    .map_err(Failure::usage)?
+            }
+        };
+        Ok((engine.with_child_jobs(spawner), warnings))
+    }
+
+    /// The policy file's rules, or deny-by-default for every plugin without one.
+    pub fn policy(&self) -> Result<Policy, Failure> {
+        match &self.policy {
+            Some(file) => Policy::from_file(file).map_err(Failure::usage),
+            None => Ok(Policy::default()),
+        }
     }
 
     fn limits(&self) -> EngineLimits {
@@ -310,10 +392,7 @@ impl Setup {
                 "no plugin folder: give --plugins, MAESTRO_PLUGIN_DIR, or `plugins` in --config",
             ));
         };
-        let policy = match &self.policy {
-            Some(file) => Policy::from_file(file).map_err(Failure::usage)?,
-            None => Policy::default(),
-        };
+        let policy = self.policy()?;
         let entries = std::fs::read_dir(dir).map_err(|err| {
             Failure::usage(format!(
                 "cannot read plugin folder {}: {err}",

@@ -1,0 +1,189 @@
+//! `maestro serve`: the workers, the HTTP API, the inbox page and the plugin watcher in one
+//! process, until Ctrl-C or SIGTERM.
+//!
+//! Invariant: every setting comes from a flag, else the config file's `[server]` table, else
+//! its documented default; a bad value stops the start with the file and field it came from.
+//! The server prints one line saying where it listens, so scripts can wait for it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::Failure;
+use super::setup::{EngineCatalog, EngineOptions, Setup};
+use crate::plugin::Runtime;
+use crate::serve::{Auth, PluginHost, ServeSettings, restore_parked_versions};
+use crate::store::JobStore;
+use crate::worker::WorkerConfig;
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
+
+#[derive(Debug, Args)]
+pub struct ServeCommand {
+    #[command(flatten)]
+    pub engine: EngineOptions,
+    /// Address to listen on (IP:port; port 0 picks a free one) [default: server.listen, else
+    /// 127.0.0.1:7070].
+    #[arg(long, value_name = "ADDR", env = "MAESTRO_LISTEN")]
+    pub listen: Option<String>,
+    /// Jobs run at once [default: server.runners, else 4].
+    #[arg(long)]
+    pub runners: Option<usize>,
+}
+
+pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Failure> {
+    let setup = Setup::resolve(&command.engine)?;
+    let server = &setup.server;
+    let at = |field: &str| match &setup.config {
+        Some(file) => format!("{}: server.{field}", file.display()),
+        None => format!("server.{field}"),
+    };
+    let listen_text = command
+        .listen
+        .clone()
+        .or_else(|| server.listen.clone())
+        .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+    let listen: SocketAddr = listen_text.parse().map_err(|_| {
+        Failure::usage(format!(
+            "{}: `{listen_text}` is not an address: give IP:port, like {DEFAULT_LISTEN}",
+            at("listen")
+        ))
+    })?;
+    let mut tokens = server.tokens.clone();
+    if let Ok(token) = std::env::var("MAESTRO_API_TOKEN") {
+        tokens.push(token);
+    }
+    let auth = Auth::new(tokens, listen).map_err(|message| match &setup.config {
+        Some(file) => Failure::usage(format!("{}: {message}", file.display())),
+        None => Failure::usage(message),
+    })?;
+    let runners = command.runners.or(server.runners).unwrap_or(4);
+    if runners == 0 {
+        return Err(Failure::usage(format!(
+            "{}: must be at least 1",
+            at("runners")
+        )));
+    }
+    let lease_ms = server.lease_ms.unwrap_or(30_000);
+    if lease_ms < 30 {
+        return Err(Failure::usage(format!(
+            "{}: must be at least 30",
+            at("lease_ms")
+        )));
+    }
+    let max_upload_mib = server.max_upload_mib.unwrap_or(64);
+    if max_upload_mib == 0 {
+        return Err(Failure::usage(format!(
+            "{}: must be at least 1",
+            at("max_upload_mib")
+        )));
+    }
+    let Some(plugin_dir) = setup.plugins.clone() else {
+        return Err(Failure::usage(
+            "no plugin folder: give --plugins, MAESTRO_PLUGIN_DIR, or `plugins` in --config",
+        ));
+    };
+    if !plugin_dir.is_dir() {
+        return Err(Failure::usage(format!(
+            "plugin folder {} does not exist",
+            plugin_dir.display()
+        )));
+    }
+    let archive = server
+        .archive
+        .clone()
+        .unwrap_or_else(|| default_archive(&setup.store));
+
+    let store = setup.open_store()?;
+    let plugins = Arc::new(PluginHost::new(
+        runtime.clone(),
+        plugin_dir.clone(),
+        archive,
+        setup.policy()?,
+    ));
+    for (name, change) in plugins.sync_all().await {
+        if let crate::serve::Change::Failed(message) = change {
+            eprintln!("warning: plugin {name}: not loaded: {message}");
+        }
+    }
+    for warning in restore_parked_versions(store.as_ref(), &plugins).await {
+        eprintln!("warning: {warning}");
+    }
+    let (engine, warnings) = setup.engine_for(
+        &runtime,
+        setup.all_pieces()?,
+        &store,
+        EngineCatalog::Live(plugins.slot().clone()),
+    )?;
+    for warning in warnings {
+        eprintln!("warning: {warning} (until a plugin offers it, calls to it fail)");
+    }
+    let settings = ServeSettings {
+        listen,
+        auth,
+        worker: WorkerConfig {
+            runners,
+            lease: Duration::from_millis(lease_ms),
+            wait_expiry: setup.wait_expiry,
+            ..WorkerConfig::default()
+        },
+        debounce: Duration::from_millis(server.watch_debounce_ms.unwrap_or(10)),
+        max_upload_bytes: max_upload_mib << 20,
+    };
+    let open = settings.auth.is_open();
+    let running = crate::serve::start(
+        store.clone() as Arc<dyn JobStore>,
+        Arc::new(engine),
+        plugins,
+        setup.wake.clone(),
+        settings,
+    )
+    .await
+    .map_err(Failure::usage)?;
+    eprintln!(
+        "maestro serves http://{} (inbox at /, API at /v1, OpenAPI at /openapi.json){}; plugins \
+         from {}, store {}",
+        running.addr,
+        if open {
+            ", no token needed on loopback"
+        } else {
+            ", bearer token required"
+        },
+        plugin_dir.display(),
+        setup.store.display()
+    );
+    wait_for_stop().await;
+    eprintln!("stopping: runners finish their current step; open event streams get 2 s");
+    let stats = running.stop(Duration::from_secs(2)).await;
+    eprintln!(
+        "server done: {} run(s), {} lost lease(s)",
+        stats.runs, stats.lost_leases
+    );
+    Ok(())
+}
+
+/// `plugin-versions` beside the store file.
+fn default_archive(store: &Path) -> PathBuf {
+    store
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("plugin-versions")
+}
+
+async fn wait_for_stop() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,503 @@
+//! The HTTP API (`/v1`), the inbox page (`/`) and the OpenAPI document (`/openapi.json`).
+//!
+//! Invariant: every answer to an API call is JSON, and every refusal is
+//! `{"error": {"code", "message"}}` with a fitting status; the phase and waiting reason shown
+//! for a job are the fold of its stored log (as `maestro jobs show` prints them), never a
+//! separate record. An answer goes through the store's `answer`, so two clients answering one
+//! wait get one success and one `409`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post, put};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use super::auth::{Auth, require_token};
+use super::live::{Hub, Notice, feed, job_stream};
+use super::plugins::{Change, PluginHost, PluginRequestError};
+use crate::engine::{Engine, JobEvent, JobState, JobStatus, job_session};
+use crate::plugin::Resume;
+use crate::store::{JobStore, StoreError, new_job_id};
+
+const INBOX_PAGE: &str = include_str!("inbox.html");
+const OPENAPI: &str = include_str!("openapi.json");
+
+/// What every handler reaches.
+pub struct AppState {
+    pub store: Arc<dyn JobStore>,
+    pub engine: Arc<Engine>,
+    pub plugins: Arc<PluginHost>,
+    pub hub: Arc<Hub>,
+    /// Wakes idle runners when a job becomes runnable here.
+    pub wake: Arc<Notify>,
+    pub auth: Auth,
+    pub max_upload_bytes: usize,
+}
+
+type Shared = State<Arc<AppState>>;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/health", get(health))
+        .route("/pieces", get(pieces))
+        .route("/plugins", get(plugins))
+        .route(
+            "/plugins/{name}",
+            put(upload_plugin)
+                .delete(remove_plugin)
+                .layer(DefaultBodyLimit::max(state.max_upload_bytes)),
+        )
+        .route("/jobs", get(list_jobs).post(start_job))
+        .route("/jobs/{id}", get(show_job))
+        .route("/jobs/{id}/events", get(job_events))
+        .route("/jobs/{id}/answer", post(answer))
+        .route("/jobs/{id}/login", post(login))
+        .route("/jobs/{id}/approve", post(approve))
+        .route("/jobs/{id}/deny", post(deny))
+        .route("/jobs/{id}/cancel", post(cancel))
+        .route("/inbox", get(inbox))
+        .route("/events", get(events))
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+        })
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_token,
+        ));
+    Router::new()
+        .route("/", get(|| async { Html(INBOX_PAGE) }))
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
+        .nest("/v1", api)
+        .with_state(state)
+}
+
+/// A refusal: its status, a stable snake_case code and a message for humans.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        let (status, code) = match &error {
+            StoreError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            StoreError::NotWaiting { .. } => (StatusCode::CONFLICT, "not_waiting"),
+            StoreError::StaleAnswer { .. } => (StatusCode::CONFLICT, "stale_answer"),
+            StoreError::WrongAnswer { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "wrong_answer"),
+            StoreError::Conflict { .. } | StoreError::LeaseLost { .. } => {
+                (StatusCode::CONFLICT, "conflict")
+            }
+            StoreError::Database { .. } | StoreError::Corrupt { .. } => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "store_error")
+            }
+        };
+        Self::new(status, code, error.to_string())
+    }
+}
+
+impl From<PluginRequestError> for ApiError {
+    fn from(error: PluginRequestError) -> Self {
+        let (status, code) = match &error {
+            PluginRequestError::BadName(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            PluginRequestError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            PluginRequestError::Io(_) => (StatusCode::INTERNAL_SERVER_ERROR, "io_error"),
+        };
+        Self::new(status, code, error.to_string())
+    }
+}
+
+/// A JSON body whose rejection is an [`ApiError`] naming what is wrong with it.
+pub struct Body<T>(T);
+
+impl<S, T> FromRequest<S> for Body<T>
+where
+    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(request, state).await {
+            Ok(axum::Json(value)) => Ok(Self(value)),
+            Err(rejection) => Err(ApiError::new(
+                rejection.status(),
+                "bad_request",
+                rejection.body_text(),
+            )),
+        }
+    }
+}
+
+type ApiResult<T = axum::Json<Value>> = Result<T, ApiError>;
+
+async fn health(State(state): Shared) -> ApiResult {
+    let catalog = state.engine.catalog();
+    Ok(axum::Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "plugins": catalog.plugins().len(),
+        "pieces": state.engine.pieces().count(),
+    })))
+}
+
+async fn pieces(State(state): Shared) -> ApiResult {
+    let pieces: Vec<Value> = state
+        .engine
+        .pieces()
+        .map(|piece| {
+            json!({
+                "name": piece.name.value,
+                "description": piece.description,
+                "initial_movement": piece.initial_movement.value,
+                "movements": piece.movements.iter().map(|m| m.name.value.clone()).collect::<Vec<_>>(),
+                "file": piece.origin.display().to_string(),
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({ "pieces": pieces })))
+}
+
+async fn plugins(State(state): Shared) -> ApiResult {
+    Ok(axum::Json(json!({ "plugins": state.plugins.statuses() })))
+}
+
+async fn upload_plugin(
+    State(state): Shared,
+    Path(name): Path<String>,
+    bytes: Bytes,
+) -> ApiResult<Response> {
+    let (change, status) = state.plugins.upload(&name, bytes.to_vec()).await?;
+    match change {
+        Change::Failed(message) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "plugin_rejected",
+            format!("{name}: {message}"),
+        )),
+        _ => Ok(axum::Json(status).into_response()),
+    }
+}
+
+async fn remove_plugin(State(state): Shared, Path(name): Path<String>) -> ApiResult<Response> {
+    let status = state.plugins.remove(&name).await?;
+    Ok(axum::Json(status).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    status: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn list_jobs(
+    State(state): Shared,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    let Query(query) = query.map_err(|rejection| ApiError::bad_request(rejection.body_text()))?;
+    let status = match query.status.as_deref() {
+        None => None,
+        Some(text) => Some(JobStatus::parse(text).ok_or_else(|| {
+            let known: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!(
+                "status: unknown status `{text}`; one of: {}",
+                known.join(", ")
+            ))
+        })?),
+    };
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::bad_request("limit: must be between 1 and 500"));
+    }
+    let mut jobs = Vec::new();
+    for summary in state.store.list(status, limit)? {
+        match job_view(state.store.as_ref(), &summary.id) {
+            Ok(view) => jobs.push(view.summary),
+            // Ended and cleaned up between the list and the read.
+            Err(StoreError::NotFound(_)) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(axum::Json(json!({ "jobs": jobs })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartJob {
+    piece: String,
+    input: String,
+}
+
+async fn start_job(
+    State(state): Shared,
+    Body(request): Body<StartJob>,
+) -> ApiResult<(StatusCode, axum::Json<Value>)> {
+    let job = state
+        .engine
+        .new_job(new_job_id(), &request.piece, request.input)
+        .map_err(|error| {
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_piece", error.to_string())
+        })?;
+    state.store.create(&job)?;
+    state.publish_change(&job.id, JobStatus::Pending);
+    let view = job_view(state.store.as_ref(), &job.id)?;
+    Ok((StatusCode::CREATED, axum::Json(view.detail())))
+}
+
+async fn show_job(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    Ok(axum::Json(job_view(state.store.as_ref(), &id)?.detail()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    after: Option<u64>,
+}
+
+async fn job_events(
+    State(state): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Response> {
+    let Query(query) = query.map_err(|rejection| ApiError::bad_request(rejection.body_text()))?;
+    let last_event_id = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|text| text.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request("Last-Event-ID: must be an event's sequence number")
+                })?,
+        ),
+    };
+    state.store.load(&id)?;
+    let after = last_event_id.or(query.after).unwrap_or(0);
+    let stream = job_stream(state.store.clone(), &state.hub, id, after);
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+async fn events(State(state): Shared) -> Response {
+    Sse::new(feed(&state.hub))
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+async fn inbox(State(state): Shared) -> ApiResult {
+    let mut jobs = Vec::new();
+    for summary in state.store.list(Some(JobStatus::WaitingHuman), 500)? {
+        match job_view(state.store.as_ref(), &summary.id) {
+            Ok(view) if view.state.wait.is_some() => jobs.push(view),
+            Ok(_) | Err(StoreError::NotFound(_)) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    // Whoever has waited longest first.
+    jobs.sort_by_key(|view| view.updated_at_ms);
+    let jobs: Vec<Value> = jobs.into_iter().map(|view| view.summary).collect();
+    Ok(axum::Json(json!({ "jobs": jobs })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerBody {
+    text: String,
+    wait: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoginBody {
+    session: String,
+    wait: Option<u32>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ApproveBody {
+    wait: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DenyBody {
+    reason: String,
+    wait: Option<u32>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    reason: Option<String>,
+}
+
+async fn answer(
+    State(state): Shared,
+    Path(id): Path<String>,
+    Body(body): Body<AnswerBody>,
+) -> ApiResult {
+    state.resume(&id, Resume::Answered(body.text), body.wait)
+}
+
+async fn login(
+    State(state): Shared,
+    Path(id): Path<String>,
+    Body(body): Body<LoginBody>,
+) -> ApiResult {
+    if body.session.trim().is_empty() {
+        return Err(ApiError::bad_request("session: must not be empty"));
+    }
+    state.resume(&id, Resume::LoggedIn(body.session), body.wait)
+}
+
+async fn approve(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    let body: ApproveBody = optional_body(&body)?;
+    state.resume(&id, Resume::Approved, body.wait)
+}
+
+async fn deny(
+    State(state): Shared,
+    Path(id): Path<String>,
+    Body(body): Body<DenyBody>,
+) -> ApiResult {
+    if body.reason.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "reason: a denial needs a reason (the model reads it)",
+        ));
+    }
+    state.resume(&id, Resume::Denied(body.reason), body.wait)
+}
+
+async fn cancel(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
+    let body: CancelBody = optional_body(&body)?;
+    let reason = body
+        .reason
+        .unwrap_or_else(|| "cancelled through the API".to_owned());
+    state.store.cancel(&id, &reason)?;
+    let view = job_view(state.store.as_ref(), &id)?;
+    state.publish_change(&id, view.state.status);
+    Ok(axum::Json(view.summary))
+}
+
+/// An empty body, or a JSON object.
+fn optional_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|error| ApiError::bad_request(format!("body: {error}")))
+}
+
+impl AppState {
+    fn resume(&self, id: &str, resume: Resume, wait: Option<u32>) -> ApiResult {
+        self.store.answer(id, &resume, wait)?;
+        self.publish_change(id, JobStatus::Pending);
+        Ok(axum::Json(job_view(self.store.as_ref(), id)?.summary))
+    }
+
+    fn publish_change(&self, job: &str, status: JobStatus) {
+        if status == JobStatus::Pending {
+            self.wake.notify_waiters();
+        }
+        self.hub.publish(Notice::Saved {
+            job: job.to_owned(),
+            status,
+        });
+    }
+}
+
+/// A job as the API shows it.
+struct JobView {
+    state: JobState,
+    updated_at_ms: i64,
+    summary: Value,
+}
+
+impl JobView {
+    fn detail(mut self) -> Value {
+        if let Value::Object(fields) = &mut self.summary {
+            fields.insert("input".into(), json!(self.state.input));
+            fields.insert("result".into(), json!(self.state.result));
+            fields.insert("children".into(), json!(self.state.children));
+        }
+        self.summary
+    }
+}
+
+fn job_view(store: &dyn JobStore, id: &str) -> Result<JobView, StoreError> {
+    let (state, status) = store.load(id)?;
+    let row = store.summary(id)?;
+    let log: Vec<JobEvent> = store
+        .events(id, 0)?
+        .into_iter()
+        .map(|stored| stored.event)
+        .collect();
+    let mut summary = json!({
+        "id": state.id,
+        "piece": state.piece,
+        "status": status,
+        "movement": state.movement,
+        "parent": state.parent,
+        "created_at_ms": row.created_at_ms,
+        "updated_at_ms": row.updated_at_ms,
+        "wait": state.wait.as_ref().map(|wait| json!({
+            "id": wait.id,
+            "reason": wait.reason.map(|reason| reason.as_str()),
+            "request": wait.request,
+        })),
+        "expires_at_ms": state.wait_expires_at_ms,
+    });
+    let fields = summary.as_object_mut().expect("an object");
+    match job_session(&state.id, &log) {
+        Ok(session) => {
+            fields.insert("phase".into(), json!(session.phase()));
+            fields.insert("waiting_reason".into(), json!(session.waiting_reason()));
+        }
+        Err(error) => {
+            fields.insert("phase".into(), Value::Null);
+            fields.insert("waiting_reason".into(), Value::Null);
+            fields.insert("phase_error".into(), json!(error.to_string()));
+        }
+    }
+    Ok(JobView {
+        state,
+        updated_at_ms: row.updated_at_ms,
+        summary,
+    })
+}

@@ -1,0 +1,159 @@
+//! `maestro serve`: one process that runs the workers, the HTTP API and the plugin-folder
+//! watcher over one store.
+//!
+//! Invariant: the server adds no state of its own that a restart would lose: jobs, their events
+//! and answers are in the store; plugin versions are in the plugin folder and the archive; the
+//! phase of a job is folded from its log on every read. So a server can be killed at any point
+//! and started again on the same store, folder and config, and every job goes on.
+
+mod api;
+mod auth;
+mod live;
+mod plugins;
+mod watch;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+pub use api::{ApiError, AppState, router};
+pub use auth::Auth;
+pub use live::{Hub, Notice};
+pub use plugins::{Change, LoadFailure, PluginHost, PluginStatus, ServingState};
+pub use watch::{FolderWatch, watch_folder};
+
+use crate::engine::{CancelFlag, Engine, JobStatus, ResumePoint};
+use crate::store::JobStore;
+use crate::worker::{Worker, WorkerConfig, WorkerStats};
+
+/// How the server runs, beyond what the engine and the plugin host already know.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub listen: SocketAddr,
+    pub auth: Auth,
+    pub worker: WorkerConfig,
+    /// How long the plugin folder must be quiet before a change is loaded.
+    pub debounce: Duration,
+    pub max_upload_bytes: usize,
+}
+
+/// A server that listens; [`RunningServer::stop`] ends it.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    stop: CancelFlag,
+    shutdown: Arc<Notify>,
+    http: tokio::task::JoinHandle<()>,
+    worker: tokio::task::JoinHandle<WorkerStats>,
+    _watch: FolderWatch,
+}
+
+/// Binds `settings.listen`, starts the runners and the watcher. `plugins` must be synced and
+/// `engine` must run on `plugins.slot()`.
+pub async fn start(
+    store: Arc<dyn JobStore>,
+    engine: Arc<Engine>,
+    plugins: Arc<PluginHost>,
+    wake: Arc<Notify>,
+    settings: ServeSettings,
+) -> Result<RunningServer, String> {
+    let hub = Arc::new(Hub::default());
+    let listener_hub = hub.clone();
+    plugins.on_change(move |status| listener_hub.publish(Notice::Plugin(status.clone())));
+    let watch = watch_folder(plugins.clone(), settings.debounce)?;
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|error| format!("cannot listen on {}: {error}", settings.listen))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|error| format!("cannot read the listening address: {error}"))?;
+
+    let worker = Arc::new(
+        Worker::new(store.clone(), engine.clone(), settings.worker, wake.clone())
+            .with_observer(hub.clone()),
+    );
+    let stop = CancelFlag::default();
+    let worker = {
+        let stop = stop.clone();
+        tokio::spawn(async move { worker.run(stop, false).await })
+    };
+
+    let state = Arc::new(AppState {
+        store,
+        engine,
+        plugins,
+        hub,
+        wake,
+        auth: settings.auth,
+        max_upload_bytes: settings.max_upload_bytes,
+    });
+    let shutdown = Arc::new(Notify::new());
+    let http = {
+        let shutdown = shutdown.clone();
+        let app = router(state);
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { shutdown.notified().await })
+                .await;
+            if let Err(error) = served {
+                tracing::error!("the HTTP server failed: {error}");
+            }
+        })
+    };
+    Ok(RunningServer {
+        addr,
+        stop,
+        shutdown,
+        http,
+        worker,
+        _watch: watch,
+    })
+}
+
+impl RunningServer {
+    /// Stops taking requests and jobs; runs in progress end at their next stop, and open event
+    /// streams get `grace` to finish before they are cut.
+    pub async fn stop(self, grace: Duration) -> WorkerStats {
+        self.stop.cancel();
+        self.shutdown.notify_one();
+        let mut http = self.http;
+        if tokio::time::timeout(grace, &mut http).await.is_err() {
+            http.abort();
+        }
+        self.worker.await.unwrap_or_default()
+    }
+}
+
+/// Loads the plugin versions that waiting jobs are pinned to and that the folder no longer
+/// holds, from the archive, so they resume on their own version. Returns one warning per
+/// version that cannot be restored (those jobs end in an error naming it when resumed).
+pub async fn restore_parked_versions(store: &dyn JobStore, plugins: &PluginHost) -> Vec<String> {
+    let mut pins = BTreeSet::new();
+    for status in [JobStatus::WaitingHuman, JobStatus::Pending] {
+        let Ok(jobs) = store.list(Some(status), usize::MAX >> 1) else {
+            continue;
+        };
+        for summary in jobs {
+            let Ok((job, _)) = store.load(&summary.id) else {
+                continue;
+            };
+            if let Some(wait) = job.wait
+                && let ResumePoint::ParkedCall { plugin, .. }
+                | ResumePoint::ApprovalGate { plugin, .. } = wait.resume
+            {
+                pins.insert((plugin.name, plugin.content_hash));
+            }
+        }
+    }
+    let mut warnings = Vec::new();
+    for (name, hash) in pins {
+        if let Err(error) = plugins.restore_version(&name, &hash).await {
+            warnings.push(format!(
+                "parked calls on plugin `{name}` version {hash} cannot resume: {error}"
+            ));
+        }
+    }
+    warnings
+}

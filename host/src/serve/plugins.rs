@@ -1,0 +1,522 @@
+//! The live plugin folder: which version of each plugin serves new calls, and every version a
+//! parked call may still need.
+//!
+//! Invariant: the engine's catalog changes only by whole replacement (`CatalogSlot::replace`),
+//! and only to a catalog whose every plugin loaded, described itself and clashes with no other
+//! tool name; a version that fails any of that is reported and the previous one keeps serving.
+//! Every version that ever served stays reachable by its content hash in this process, and its
+//! bytes are kept in a content-addressed archive, so a parked call resumes on its own version
+//! even after a reload, a removal or a restart. One change is applied at a time.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::engine::{CatalogSlot, ToolCatalog};
+use crate::plugin::{Plugin, Policy, Runtime, content_hash};
+
+/// What a plugin of the folder is doing now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PluginStatus {
+    pub name: String,
+    pub file: String,
+    pub status: ServingState,
+    /// The version serving new calls.
+    pub content_hash: Option<String>,
+    pub tools: Vec<String>,
+    pub loaded_at_ms: Option<i64>,
+    /// The last version that failed to load (the previous one, if any, keeps serving).
+    pub last_error: Option<LoadFailure>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServingState {
+    Serving,
+    Failed,
+    Removed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoadFailure {
+    pub message: String,
+    pub at_ms: i64,
+    pub content_hash: Option<String>,
+}
+
+/// How one sync of a plugin went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A new version serves.
+    Loaded,
+    /// The file holds the version already serving (or nothing changed).
+    Unchanged,
+    /// The file is gone; the plugin takes no new calls.
+    Removed,
+    /// The new version was refused; the message says why.
+    Failed(String),
+}
+
+#[derive(Default)]
+struct Entry {
+    serving: Option<Arc<Plugin>>,
+    loaded_at_ms: Option<i64>,
+    last_error: Option<LoadFailure>,
+    removed: bool,
+}
+
+/// Why an upload or removal was refused before anything changed.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginRequestError {
+    #[error(
+        "plugin name `{0}` is not allowed: use letters, digits, `-` and `_` (1 to 64 characters)"
+    )]
+    BadName(String),
+    #[error("no plugin `{0}` in the plugin folder")]
+    NotFound(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+type Listener = Box<dyn Fn(&PluginStatus) + Send + Sync>;
+
+pub struct PluginHost {
+    runtime: Runtime,
+    dir: PathBuf,
+    archive: PathBuf,
+    policy: Policy,
+    slot: Arc<CatalogSlot>,
+    entries: Mutex<BTreeMap<String, Entry>>,
+    one_change_at_a_time: tokio::sync::Mutex<()>,
+    listener: Mutex<Option<Listener>>,
+}
+
+impl PluginHost {
+    /// A host for the `*.wasm` files of `dir`, each run under its policy; versions are archived
+    /// in `archive` (created when needed). Nothing is loaded until [`PluginHost::sync_all`].
+    pub fn new(runtime: Runtime, dir: PathBuf, archive: PathBuf, policy: Policy) -> Self {
+        Self {
+            runtime,
+            dir,
+            archive,
+            policy,
+            slot: Arc::new(CatalogSlot::default()),
+            entries: Mutex::new(BTreeMap::new()),
+            one_change_at_a_time: tokio::sync::Mutex::new(()),
+            listener: Mutex::new(None),
+        }
+    }
+
+    /// The catalog the engine must run on.
+    pub fn slot(&self) -> &Arc<CatalogSlot> {
+        &self.slot
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Called with the new status after every change (a load, a failure, a removal).
+    pub fn on_change(&self, listener: impl Fn(&PluginStatus) + Send + Sync + 'static) {
+        *self.listener.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(listener));
+    }
+
+    /// Brings every plugin in line with the folder: new and changed files load, removed ones
+    /// stop serving.
+    pub async fn sync_all(&self) -> Vec<(String, Change)> {
+        let mut names: Vec<String> = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries
+                .filter_map(Result::ok)
+                .filter_map(|entry| plugin_file_name(&entry.path()))
+                .collect(),
+            Err(error) => {
+                tracing::error!(
+                    "cannot read the plugin folder {}: {error}",
+                    self.dir.display()
+                );
+                Vec::new()
+            }
+        };
+        names.extend(self.lock_entries().keys().cloned());
+        names.sort();
+        names.dedup();
+        let mut changes = Vec::new();
+        for name in names {
+            let change = self.sync(&name).await;
+            changes.push((name, change));
+        }
+        changes
+    }
+
+    /// Brings plugin `name` in line with `<dir>/<name>.wasm`.
+    pub async fn sync(&self, name: &str) -> Change {
+        let _one = self.one_change_at_a_time.lock().await;
+        let path = self.path_of(name);
+        let read = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || {
+                std::fs::read(&path).map(|bytes| {
+                    let hash = content_hash(&bytes);
+                    (bytes, hash)
+                })
+            })
+            .await
+        };
+        match read {
+            Ok(Ok((bytes, hash))) => self.install(name, bytes, hash, None).await,
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => self.retire(name),
+            Ok(Err(error)) => self.fail(
+                name,
+                format!("cannot read {}: {error}", path.display()),
+                None,
+            ),
+            Err(error) => self.fail(
+                name,
+                format!("cannot read {}: {error}", path.display()),
+                None,
+            ),
+        }
+    }
+
+    /// Loads `bytes` as plugin `name` and, only if it serves, writes it to the plugin folder
+    /// (atomically), so a refused upload leaves the folder as it was.
+    pub async fn upload(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(Change, PluginStatus), PluginRequestError> {
+        check_name(name)?;
+        let _one = self.one_change_at_a_time.lock().await;
+        let hash = content_hash(&bytes);
+        let change = self
+            .install(name, bytes, hash, Some(&self.path_of(name)))
+            .await;
+        Ok((
+            change,
+            self.status(name).expect("an installed plugin has a status"),
+        ))
+    }
+
+    /// Deletes `<dir>/<name>.wasm` and stops the plugin taking new calls.
+    pub async fn remove(&self, name: &str) -> Result<PluginStatus, PluginRequestError> {
+        check_name(name)?;
+        let _one = self.one_change_at_a_time.lock().await;
+        match std::fs::remove_file(self.path_of(name)) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                if self.lock_entries().get(name).is_none_or(|e| e.removed) {
+                    return Err(PluginRequestError::NotFound(name.to_owned()));
+                }
+            }
+            Err(error) => return Err(PluginRequestError::Io(error.to_string())),
+        }
+        self.retire(name);
+        Ok(self.status(name).expect("a removed plugin has a status"))
+    }
+
+    /// Makes the version `content_hash` of plugin `name` resumable (a parked call's pin), from
+    /// the archive, unless the catalog already has it.
+    pub async fn restore_version(&self, name: &str, content_hash: &str) -> Result<(), String> {
+        let _one = self.one_change_at_a_time.lock().await;
+        if self.slot.current().pinned(content_hash).is_some() {
+            return Ok(());
+        }
+        let path = self.archive.join(format!("{content_hash}.wasm"));
+        let bytes = std::fs::read(&path)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+        let plugin = self
+            .runtime
+            .load_owned(name, bytes, None, self.policy.for_plugin(name))
+            .await
+            .map_err(|error| format!("{}: {error}", path.display()))?;
+        if plugin.content_hash() != content_hash {
+            return Err(format!(
+                "{} does not hold version {content_hash}",
+                path.display()
+            ));
+        }
+        let mut catalog = (*self.slot.current()).clone();
+        catalog.add_pinned_version(Arc::new(plugin));
+        self.slot.replace(Arc::new(catalog));
+        Ok(())
+    }
+
+    pub fn statuses(&self) -> Vec<PluginStatus> {
+        let entries = self.lock_entries();
+        entries
+            .iter()
+            .map(|(name, entry)| self.status_of(name, entry))
+            .collect()
+    }
+
+    pub fn status(&self, name: &str) -> Option<PluginStatus> {
+        let entries = self.lock_entries();
+        entries.get(name).map(|entry| self.status_of(name, entry))
+    }
+
+    /// Loads `bytes` as the new version of `name`; with `write_to`, writes the file once the
+    /// version is accepted. The caller holds the change lock.
+    async fn install(
+        &self,
+        name: &str,
+        bytes: Vec<u8>,
+        hash: String,
+        write_to: Option<&Path>,
+    ) -> Change {
+        let serving_same = self.lock_entries().get(name).is_some_and(|entry| {
+            entry
+                .serving
+                .as_ref()
+                .is_some_and(|plugin| plugin.content_hash() == hash)
+        });
+        if serving_same {
+            if let Some(path) = write_to
+                && let Err(error) = write_atomically(path, &bytes)
+            {
+                return self.fail(name, error, Some(hash));
+            }
+            return Change::Unchanged;
+        }
+        // The bytes stay here for the archive and the folder; the runtime gets its own copy.
+        let plugin = match self
+            .runtime
+            .load_owned(
+                name,
+                bytes.clone(),
+                Some(hash.clone()),
+                self.policy.for_plugin(name),
+            )
+            .await
+        {
+            Ok(mut plugin) => {
+                plugin.source = Some(self.path_of(name));
+                Arc::new(plugin)
+            }
+            Err(error) => return self.fail(name, error.to_string(), Some(hash)),
+        };
+        let current = self.slot.current();
+        let others = {
+            let entries = self.lock_entries();
+            entries
+                .iter()
+                .filter(|(other, _)| other.as_str() != name)
+                .filter_map(|(_, entry)| entry.serving.clone())
+                .collect::<Vec<_>>()
+        };
+        let mut catalog = match ToolCatalog::new(others.into_iter().chain([plugin.clone()])) {
+            Ok(catalog) => catalog,
+            Err(error) => return self.fail(name, error.to_string(), Some(hash)),
+        };
+        catalog.keep_versions_of(&current);
+        if let Some(path) = write_to
+            && let Err(error) = write_atomically(path, &bytes)
+        {
+            return self.fail(name, error, Some(hash));
+        }
+        self.slot.replace(Arc::new(catalog));
+        let status = {
+            let mut entries = self.lock_entries();
+            let entry = entries.entry(name.to_owned()).or_default();
+            entry.serving = Some(plugin);
+            entry.loaded_at_ms = Some(now_ms());
+            entry.last_error = None;
+            entry.removed = false;
+            self.status_of(name, entry)
+        };
+        tracing::info!(
+            plugin = name,
+            version = %short(&hash),
+            tools = ?status.tools,
+            "plugin version serving"
+        );
+        self.announce(&status);
+        // After the swap, so the new version serves without waiting for the copy. Until it is
+        // written, the plugin folder still holds the same bytes.
+        if let Err(error) = self.archive_version(&hash, bytes).await {
+            tracing::warn!(
+                plugin = name,
+                "version {} serves but is not archived; a call it parks cannot resume after a                  restart that no longer finds it in the folder: {error}",
+                short(&hash)
+            );
+        }
+        Change::Loaded
+    }
+
+    /// Stops `name` taking new calls; its versions stay resumable.
+    fn retire(&self, name: &str) -> Change {
+        let retired = {
+            let mut entries = self.lock_entries();
+            match entries.get_mut(name) {
+                Some(entry) if !entry.removed => {
+                    entry.removed = true;
+                    entry.serving.take()
+                }
+                _ => return Change::Unchanged,
+            }
+        };
+        if retired.is_some() {
+            let current = self.slot.current();
+            let serving = {
+                let entries = self.lock_entries();
+                entries
+                    .values()
+                    .filter_map(|entry| entry.serving.clone())
+                    .collect::<Vec<_>>()
+            };
+            // Removing a plugin cannot make two others clash.
+            let mut catalog = ToolCatalog::new(serving).unwrap_or_default();
+            catalog.keep_versions_of(&current);
+            self.slot.replace(Arc::new(catalog));
+        }
+        tracing::info!(plugin = name, "plugin removed: it takes no new calls");
+        if let Some(status) = self.status(name) {
+            self.announce(&status);
+        }
+        Change::Removed
+    }
+
+    fn fail(&self, name: &str, message: String, hash: Option<String>) -> Change {
+        let status = {
+            let mut entries = self.lock_entries();
+            let entry = entries.entry(name.to_owned()).or_default();
+            entry.last_error = Some(LoadFailure {
+                message: message.clone(),
+                at_ms: now_ms(),
+                content_hash: hash,
+            });
+            entry.removed = false;
+            self.status_of(name, entry)
+        };
+        match status.status {
+            ServingState::Serving => tracing::warn!(
+                plugin = name,
+                "new version refused, the previous one keeps serving: {message}"
+            ),
+            _ => tracing::warn!(plugin = name, "plugin not loaded: {message}"),
+        }
+        self.announce(&status);
+        Change::Failed(message)
+    }
+
+    async fn archive_version(&self, hash: &str, bytes: Vec<u8>) -> Result<(), String> {
+        let archive = self.archive.clone();
+        let path = archive.join(format!("{hash}.wasm"));
+        tokio::task::spawn_blocking(move || {
+            if path.is_file() {
+                return Ok(());
+            }
+            std::fs::create_dir_all(&archive)
+                .map_err(|error| format!("cannot create {}: {error}", archive.display()))?;
+            write_atomically(&path, &bytes)
+        })
+        .await
+        .map_err(|error| error.to_string())?
+    }
+
+    fn status_of(&self, name: &str, entry: &Entry) -> PluginStatus {
+        let serving = entry.serving.as_ref();
+        PluginStatus {
+            name: name.to_owned(),
+            file: format!("{name}.wasm"),
+            status: match (serving, entry.removed) {
+                (Some(_), _) => ServingState::Serving,
+                (None, true) => ServingState::Removed,
+                (None, false) => ServingState::Failed,
+            },
+            content_hash: serving.map(|plugin| plugin.content_hash().to_owned()),
+            tools: serving
+                .map(|plugin| plugin.specs().iter().map(|s| s.name.clone()).collect())
+                .unwrap_or_default(),
+            loaded_at_ms: serving.and(entry.loaded_at_ms),
+            last_error: entry.last_error.clone(),
+        }
+    }
+
+    fn announce(&self, status: &PluginStatus) {
+        if let Some(listener) = &*self.listener.lock().unwrap_or_else(|e| e.into_inner()) {
+            listener(status);
+        }
+    }
+
+    fn path_of(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.wasm"))
+    }
+
+    fn lock_entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The plugin name of a `*.wasm` file (its stem), or `None` for any other file.
+pub fn plugin_file_name(path: &Path) -> Option<String> {
+    if path.extension().is_none_or(|ext| ext != "wasm") {
+        return None;
+    }
+    let stem = path.file_stem()?.to_str()?;
+    (!stem.starts_with('.')).then(|| stem.to_owned())
+}
+
+fn check_name(name: &str) -> Result<(), PluginRequestError> {
+    let fits = (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if fits {
+        Ok(())
+    } else {
+        Err(PluginRequestError::BadName(name.to_owned()))
+    }
+}
+
+/// Writes through a hidden temporary file and a rename, so a reader (the folder watcher, a
+/// restart) sees the old file or the new one, never a part.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let file = path.file_name().unwrap_or_default().to_string_lossy();
+    let temporary = dir.join(format!(".{file}.{}.partial", std::process::id()));
+    std::fs::write(&temporary, bytes)
+        .and_then(|()| std::fs::rename(&temporary, path))
+        .map_err(|error| {
+            let _ = std::fs::remove_file(&temporary);
+            format!("cannot write {}: {error}", path.display())
+        })
+}
+
+fn short(hash: &str) -> &str {
+    &hash[..hash.len().min(12)]
+}
+
+pub(super) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_files_are_visible_wasm_files() {
+        assert_eq!(
+            plugin_file_name(Path::new("/p/echo.wasm")),
+            Some("echo".into())
+        );
+        assert_eq!(plugin_file_name(Path::new("/p/echo.wat")), None);
+        assert_eq!(plugin_file_name(Path::new("/p/.echo.wasm.1.partial")), None);
+        assert_eq!(plugin_file_name(Path::new("/p/.hidden.wasm")), None);
+    }
+
+    #[test]
+    fn names_are_checked_before_touching_the_folder() {
+        assert!(check_name("render_table-2").is_ok());
+        for bad in ["", "../x", "a/b", "a.b", &"x".repeat(65)] {
+            assert!(
+                matches!(check_name(bad), Err(PluginRequestError::BadName(_))),
+                "{bad}"
+            );
+        }
+    }
+}

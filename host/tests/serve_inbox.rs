@@ -1,0 +1,167 @@
+//! The approval inbox in a real headless Chromium, driven through chromedriver: the page signs
+//! in with a token from its URL, shows a waiting tool request with its exact arguments, shows a
+//! job that parks after the page opened (live, from the event stream), and an approval clicked
+//! on the page resumes the job to its end.
+
+mod serve_support;
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{ClientBuilder, Locator};
+use serde_json::{Value, json};
+use serve_support::{APPROVAL_SCRIPT, ServerFolder, TOKEN, TestServer, approval_piece};
+
+struct Chromedriver {
+    child: Child,
+    url: String,
+}
+
+impl Chromedriver {
+    fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!(
+                    "cannot start chromedriver ({error}): install the Debian packages chromium \
+                     and chromium-driver (.ci/install does)"
+                )
+            });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver never listened on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+}
+
+impl Drop for Chromedriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn browser(driver: &Chromedriver) -> fantoccini::Client {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        json!({ "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&driver.url)
+        .await
+        .expect("a Chromium session through chromedriver")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approving_on_the_inbox_page_resumes_the_job() {
+    let server = TestServer::start(ServerFolder::new(
+        &[approval_piece()],
+        APPROVAL_SCRIPT,
+        &[maestro_plugins::COMPLETE, maestro_plugins::REQUEST_TOOL],
+        true,
+    ));
+    let first = server.start_job("approval", "Rotate the staging key").await;
+    let parked = server
+        .wait_for(&first, "parked", |job| job["status"] == "waiting_human")
+        .await;
+    let arguments = parked["wait"]["request"]["arguments"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let driver = Chromedriver::start();
+    let page = browser(&driver).await;
+    page.goto(&server.url(&format!("/#token={TOKEN}")))
+        .await
+        .unwrap();
+    let wait = || page.wait().at_most(Duration::from_secs(20));
+
+    let card = wait()
+        .for_element(Locator::Css(&format!("article[data-job='{first}']")))
+        .await
+        .expect("the waiting job's card");
+    let shown = card
+        .find(Locator::Css("pre.arguments"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(shown, arguments, "the page shows the exact arguments");
+    let tool = card.find(Locator::Css("code.tool")).await.unwrap();
+    assert_eq!(tool.text().await.unwrap(), "RotateKey");
+    // The token came from the URL and left the address bar.
+    let address = page.current_url().await.unwrap();
+    assert!(!address.as_str().contains(TOKEN), "{address}");
+    wait()
+        .for_element(Locator::Css("#connection.live"))
+        .await
+        .expect("the live stream connects");
+
+    // A job that parks while the page is open appears without a reload.
+    let second = server
+        .start_job("approval", "Rotate the production key")
+        .await;
+    wait()
+        .for_element(Locator::Css(&format!("article[data-job='{second}']")))
+        .await
+        .expect("the new job's card, from the live stream");
+
+    card.find(Locator::Css("button[data-action='approve']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let done = server
+        .wait_for(&first, "completed", |job: &Value| {
+            job["status"] == "completed"
+        })
+        .await;
+    assert_eq!(done["phase"], "done");
+
+    // The approved job leaves the page; the other one still waits there.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let cards = page.find_all(Locator::Css("article.job")).await.unwrap();
+        let mut jobs = Vec::new();
+        for card in cards {
+            jobs.push(card.attr("data-job").await.unwrap().unwrap_or_default());
+        }
+        if jobs == [second.clone()] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page still shows {jobs:?}\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let count = page.find(Locator::Id("count")).await.unwrap();
+    assert_eq!(count.text().await.unwrap(), "1");
+    page.close().await.unwrap();
+    assert_eq!(
+        server.get(&format!("/v1/jobs/{second}")).await["status"],
+        "waiting_human"
+    );
+}

@@ -1,0 +1,258 @@
+//! A real `maestro serve` process for the serve tests: a folder with a config file, pieces, a
+//! scripted model and a plugin folder; the server on a free loopback port; an HTTP client that
+//! sends the bearer token. The process is killed when the value drops, and its log is printed
+//! when a test fails, so a failure shows what the server said.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub const TOKEN: &str = "test-token-0123456789abcdef";
+
+pub const APPROVAL_SCRIPT: &str = r#"
+turns:
+  - text: "The change: rotate the API key of the staging service."
+  - tool_calls:
+      - name: RequestTool
+        arguments:
+          tool: RotateKey
+          reason: Rotate the staging API key as the user asked.
+          arguments: { service: staging, revoke_old_after_minutes: 60 }
+  - tool_calls:
+      - name: complete
+        arguments: { status: done, summary: "RotateKey was approved and ran." }
+"#;
+
+pub struct ServerFolder {
+    pub dir: tempfile::TempDir,
+}
+
+impl ServerFolder {
+    /// `pieces`: (file name, YAML); `plugins`: component files copied into the plugin folder;
+    /// `token`: whether the API needs [`TOKEN`].
+    pub fn new(pieces: &[(&str, &str)], script: &str, plugins: &[&str], token: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("pieces")).unwrap();
+        for (name, text) in pieces {
+            std::fs::write(root.join("pieces").join(name), text).unwrap();
+        }
+        std::fs::write(root.join("script.yaml"), script).unwrap();
+        std::fs::create_dir(root.join("plugins")).unwrap();
+        for plugin in plugins {
+            let name = Path::new(plugin).file_name().unwrap();
+            std::fs::copy(plugin, root.join("plugins").join(name)).unwrap();
+        }
+        let tokens = if token {
+            format!("tokens = [\"{TOKEN}\"]\n")
+        } else {
+            String::new()
+        };
+        let script = root.join("script.yaml").display().to_string();
+        std::fs::write(
+            root.join("maestro.toml"),
+            format!(
+                "plugins = \"plugins\"\npieces = \"pieces\"\nstore = \"jobs.db\"\n\n\
+                 [model]\nprovider = \"scripted\"\nname = {script:?}\n\n\
+                 [server]\nlisten = \"127.0.0.1:0\"\nrunners = 4\n{tokens}"
+            ),
+        )
+        .unwrap();
+        Self { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn command(&self, extra: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_maestro"));
+        command.env(
+            "MAESTRO_CACHE_DIR",
+            Path::new(maestro_plugins::DIR).join("../e2e-cache"),
+        );
+        for var in [
+            "MAESTRO_CONFIG",
+            "MAESTRO_MODEL",
+            "MAESTRO_POLICY",
+            "MAESTRO_STORE",
+            "MAESTRO_LISTEN",
+            "MAESTRO_API_TOKEN",
+            "MAESTRO_PLUGIN_DIR",
+            "MAESTRO_PIECES",
+        ] {
+            command.env_remove(var);
+        }
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(self.path("maestro.toml"));
+        command.args(extra);
+        command
+    }
+}
+
+pub struct TestServer {
+    pub folder: ServerFolder,
+    pub base: String,
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    pub http: reqwest::Client,
+    token: Option<String>,
+}
+
+impl TestServer {
+    pub fn start(folder: ServerFolder) -> Self {
+        let mut child = folder
+            .command(&[])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (address_tx, address_rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("maestro serves http://") {
+                    let address = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = address_tx.send(address.to_owned());
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let address = match address_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(address) => address,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "maestro serve did not start:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+            }
+        };
+        let token = folder
+            .path("maestro.toml")
+            .exists()
+            .then(|| std::fs::read_to_string(folder.path("maestro.toml")).unwrap())
+            .filter(|config| config.contains(TOKEN))
+            .map(|_| TOKEN.to_owned());
+        Self {
+            folder,
+            base: format!("http://{address}"),
+            child,
+            log,
+            http: reqwest::Client::new(),
+            token,
+        }
+    }
+
+    /// Kills the server (as a crash would) and starts it again on the same folder and store.
+    pub fn restart(mut self) -> Self {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let folder = std::mem::replace(
+            &mut self.folder,
+            ServerFolder {
+                dir: tempfile::tempdir().unwrap(),
+            },
+        );
+        drop(self);
+        Self::start(folder)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, self.url(path));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// Sends and returns (status, JSON body).
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = self.request(method, path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        let value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{path}: not JSON ({status}): {text}"));
+        (status, value)
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        let (status, body) = self.call(reqwest::Method::GET, path, None).await;
+        assert_eq!(status, 200, "GET {path}: {body}\n{}", self.log());
+        body
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn start_job(&self, piece: &str, input: &str) -> String {
+        let (status, job) = self
+            .post("/v1/jobs", json!({ "piece": piece, "input": input }))
+            .await;
+        assert_eq!(status, 201, "{job}\n{}", self.log());
+        job["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Polls the job until `done(job)` holds.
+    pub async fn wait_for(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let job = self.get(&format!("/v1/jobs/{id}")).await;
+            if done(&job) {
+                return job;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id} never became {what}: {job}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- maestro serve log ---\n{}", self.log());
+        }
+    }
+}
+
+/// The pieces folder's approval piece, as shipped.
+pub fn approval_piece() -> (&'static str, &'static str) {
+    (
+        "approval.yaml",
+        include_str!("../../../pieces/approval.yaml"),
+    )
+}
