@@ -227,7 +227,18 @@ async fn bad_requests_get_json_errors_that_name_the_problem() {
     let (status, body) = server
         .post("/v1/jobs", json!({ "piece": "approval" }))
         .await;
-    expect(status, &body, 422, "bad_request", "input");
+    expect(status, &body, 400, "bad_request", "input");
+    let response = server
+        .request(Method::POST, "/v1/jobs")
+        .body(r#"{"piece":"approval","input":"x"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        415,
+        "JSON bodies need their content type"
+    );
     let (status, body) = server
         .post("/v1/jobs", json!({ "piece": "nope", "input": "x" }))
         .await;
@@ -244,6 +255,10 @@ async fn bad_requests_get_json_errors_that_name_the_problem() {
     expect(status, &body, 400, "bad_request", "reason");
     let (status, body) = server.call(Method::GET, "/v1/nothing-here", None).await;
     expect(status, &body, 404, "not_found", "endpoint");
+    let (status, body) = server.call(Method::GET, "/nothing-here", None).await;
+    expect(status, &body, 404, "not_found", "endpoint");
+    let (status, body) = server.call(Method::DELETE, "/v1/jobs", None).await;
+    expect(status, &body, 405, "method_not_allowed", "method");
     let response = server
         .request(Method::POST, "/v1/jobs")
         .header("content-type", "application/json")

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{KeepAlive, Sse};
@@ -65,8 +65,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/jobs/{id}/cancel", post(cancel))
         .route("/inbox", get(inbox))
         .route("/events", get(events))
-        .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+        .fallback(no_such_endpoint)
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not take that method (see /openapi.json)",
+            )
         })
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -79,7 +84,28 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
         .nest("/v1", api)
+        .fallback(no_such_endpoint)
         .with_state(state)
+}
+
+async fn no_such_endpoint() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such endpoint (see /openapi.json)",
+    )
+}
+
+/// A raw body, with its rejection (too large, cut off) as an [`ApiError`].
+fn raw_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            rejection.body_text(),
+        ),
+        _ => ApiError::bad_request(rejection.body_text()),
+    })
 }
 
 /// A refusal: its status, a stable snake_case code and a message for humans.
@@ -153,11 +179,21 @@ where
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         match axum::Json::<T>::from_request(request, state).await {
             Ok(axum::Json(value)) => Ok(Self(value)),
-            Err(rejection) => Err(ApiError::new(
-                rejection.status(),
-                "bad_request",
-                rejection.body_text(),
-            )),
+            // A body that parses but does not fit (a missing field, a wrong type) is as bad a
+            // request as one that does not parse.
+            Err(rejection) => Err(match rejection.status() {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    rejection.body_text(),
+                ),
+                StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    rejection.body_text(),
+                ),
+                _ => ApiError::bad_request(rejection.body_text()),
+            }),
         }
     }
 }
@@ -198,8 +234,9 @@ async fn plugins(State(state): Shared) -> ApiResult {
 async fn upload_plugin(
     State(state): Shared,
     Path(name): Path<String>,
-    bytes: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    let bytes = raw_body(body)?;
     let (change, status) = state.plugins.upload(&name, bytes.to_vec()).await?;
     match change {
         Change::Failed(message) => Err(ApiError::new(
@@ -387,8 +424,12 @@ async fn login(
     state.resume(&id, Resume::LoggedIn(body.session), body.wait)
 }
 
-async fn approve(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
-    let body: ApproveBody = optional_body(&body)?;
+async fn approve(
+    State(state): Shared,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let body: ApproveBody = optional_body(&raw_body(body)?)?;
     state.resume(&id, Resume::Approved, body.wait)
 }
 
@@ -405,8 +446,12 @@ async fn deny(
     state.resume(&id, Resume::Denied(body.reason), body.wait)
 }
 
-async fn cancel(State(state): Shared, Path(id): Path<String>, body: Bytes) -> ApiResult {
-    let body: CancelBody = optional_body(&body)?;
+async fn cancel(
+    State(state): Shared,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let body: CancelBody = optional_body(&raw_body(body)?)?;
     let reason = body
         .reason
         .unwrap_or_else(|| "cancelled through the API".to_owned());
