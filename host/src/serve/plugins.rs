@@ -277,6 +277,16 @@ impl PluginHost {
             {
                 return self.fail(name, error, Some(hash));
             }
+            // The file holds the serving version again (after a half-written copy, say): an
+            // earlier failure no longer describes it.
+            let cleared = {
+                let mut entries = self.lock_entries();
+                let entry = entries.entry(name.to_owned()).or_default();
+                entry.last_error.take().map(|_| self.status_of(name, entry))
+            };
+            if let Some(status) = cleared {
+                self.announce(&status);
+            }
             return Change::Unchanged;
         }
         // The bytes stay here for the archive and the folder; the runtime gets its own copy.
@@ -507,6 +517,54 @@ mod tests {
         assert_eq!(plugin_file_name(Path::new("/p/echo.wat")), None);
         assert_eq!(plugin_file_name(Path::new("/p/.echo.wasm.1.partial")), None);
         assert_eq!(plugin_file_name(Path::new("/p/.hidden.wasm")), None);
+    }
+
+    #[tokio::test]
+    async fn a_failed_version_never_serves_and_a_removed_one_stays_resumable() {
+        let folder = tempfile::tempdir().unwrap();
+        let dir = folder.path().join("plugins");
+        std::fs::create_dir(&dir).unwrap();
+        let runtime = Runtime::new(crate::plugin::RuntimeConfig::default()).unwrap();
+        let host = PluginHost::new(
+            runtime,
+            dir.clone(),
+            folder.path().join("versions"),
+            Policy::default(),
+        );
+        let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
+        let path = dir.join("echo.wasm");
+        std::fs::write(&path, &echo).unwrap();
+        assert_eq!(host.sync("echo").await, Change::Loaded);
+        let hash = content_hash(&echo);
+        assert!(host.slot().current().plugin_for("echo").is_some());
+        assert!(
+            folder
+                .path()
+                .join(format!("versions/{hash}.wasm"))
+                .is_file()
+        );
+
+        // A half-written file: refused, reported, and the loaded version keeps serving.
+        std::fs::write(&path, &echo[..echo.len() / 2]).unwrap();
+        assert!(matches!(host.sync("echo").await, Change::Failed(_)));
+        let status = host.status("echo").unwrap();
+        assert_eq!(status.status, ServingState::Serving);
+        assert_eq!(status.content_hash.as_deref(), Some(hash.as_str()));
+        assert!(status.last_error.is_some());
+        // The whole file again: nothing to reload, and the failure is no longer shown.
+        std::fs::write(&path, &echo).unwrap();
+        assert_eq!(host.sync("echo").await, Change::Unchanged);
+        assert!(host.status("echo").unwrap().last_error.is_none());
+
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(host.sync("echo").await, Change::Removed);
+        let catalog = host.slot().current();
+        assert!(catalog.plugin_for("echo").is_none(), "takes no new calls");
+        assert!(
+            catalog.pinned(&hash).is_some(),
+            "a parked call still resumes on it"
+        );
+        assert_eq!(host.status("echo").unwrap().status, ServingState::Removed);
     }
 
     #[test]
