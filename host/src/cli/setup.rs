@@ -219,8 +219,7 @@ impl Setup {
         store: &Arc<SqliteStore>,
     ) -> Result<Engine, Failure> {
         let piece = self.find_piece(piece)?;
-        let catalog = EngineCatalog::Fixed(self.catalog(runtime).await?);
-        Ok(self.engine_for(runtime, vec![piece], store, catalog)?.0)
+        self.fixed_engine(runtime, vec![piece], store).await
     }
 
     /// An engine for every piece of the pieces folder (what a worker runs); any piece that
@@ -231,8 +230,7 @@ impl Setup {
         store: &Arc<SqliteStore>,
     ) -> Result<Engine, Failure> {
         let pieces = self.all_pieces()?;
-        let catalog = EngineCatalog::Fixed(self.catalog(runtime).await?);
-        Ok(self.engine_for(runtime, pieces, store, catalog)?.0)
+        self.fixed_engine(runtime, pieces, store).await
     }
 
     /// Every piece of the pieces folder; any piece that does not load is an error.
@@ -296,8 +294,18 @@ impl Setup {
         } else {
             self.find_piece(&job.piece)?
         };
+        self.fixed_engine(runtime, vec![piece], store).await
+    }
+
+    /// The engine over `pieces` and every plugin of the plugin folder as it is now.
+    async fn fixed_engine(
+        &self,
+        runtime: &Runtime,
+        pieces: Vec<Piece>,
+        store: &Arc<SqliteStore>,
+    ) -> Result<Engine, Failure> {
         let catalog = EngineCatalog::Fixed(self.catalog(runtime).await?);
-        Ok(self.engine_for(runtime, vec![piece], store, catalog)?.0)
+        Ok(self.engine_for(runtime, pieces, store, catalog)?.0)
     }
 
     /// The engine over `pieces` and `catalog`, and the lint warnings a live catalog turns
