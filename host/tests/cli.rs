@@ -4,17 +4,13 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+mod common;
+
 use maestro_plugins as artifacts;
 use serde_json::{Value, json};
 
 fn maestro() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_maestro"));
-    command.env(
-        "MAESTRO_CACHE_DIR",
-        Path::new(artifacts::DIR).join("../e2e-cache"),
-    );
-    command.env_remove("MAESTRO_POLICY");
-    command
+    common::maestro_command()
 }
 
 fn run(args: &[&str]) -> (Output, Value) {

@@ -2,7 +2,9 @@
 //! process, survives it, and is answered (once) from another.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
 
 use maestro_plugins as artifacts;
 use serde_json::Value;
@@ -16,20 +18,7 @@ fn repo() -> PathBuf {
 
 /// `maestro` with the environment cleared of anything that would change the choices.
 fn maestro(store: &Path, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_maestro"));
-    command.env(
-        "MAESTRO_CACHE_DIR",
-        Path::new(artifacts::DIR).join("../e2e-cache"),
-    );
-    for var in [
-        "MAESTRO_POLICY",
-        "MAESTRO_MODEL",
-        "MAESTRO_CONFIG",
-        "MAESTRO_PIECES",
-        "MAESTRO_PLUGIN_DIR",
-    ] {
-        command.env_remove(var);
-    }
+    let mut command = common::maestro_command();
     command.args(args).arg("--store").arg(store);
     command.output().unwrap()
 }
@@ -294,21 +283,7 @@ fn a_config_file_gives_every_choice_with_paths_relative_to_it() {
         ),
     )
     .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_maestro"));
-    command.env(
-        "MAESTRO_CACHE_DIR",
-        Path::new(artifacts::DIR).join("../e2e-cache"),
-    );
-    for var in [
-        "MAESTRO_POLICY",
-        "MAESTRO_MODEL",
-        "MAESTRO_STORE",
-        "MAESTRO_PIECES",
-        "MAESTRO_PLUGIN_DIR",
-    ] {
-        command.env_remove(var);
-    }
-    let output = command
+    let output = common::maestro_command()
         .args([
             "run",
             "approval",

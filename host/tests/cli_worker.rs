@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use maestro::engine::{JobEvent, JobStatus};
 use maestro::plugin::{Resume, SubtaskStatus};
 use maestro::store::{JobStore, SqliteStore};
+mod common;
+
 use maestro_plugins as artifacts;
 
 const PIECES: &[(&str, &str)] = &[
@@ -93,19 +95,7 @@ impl Workspace {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_maestro"));
-        command.env(
-            "MAESTRO_CACHE_DIR",
-            Path::new(artifacts::DIR).join("../e2e-cache"),
-        );
-        for var in [
-            "MAESTRO_CONFIG",
-            "MAESTRO_MODEL",
-            "MAESTRO_POLICY",
-            "MAESTRO_STORE",
-        ] {
-            command.env_remove(var);
-        }
+        let mut command = common::maestro_command();
         command.args(args);
         command.arg("--store").arg(self.path("jobs.db"));
         command.arg("--pieces").arg(self.path("pieces"));

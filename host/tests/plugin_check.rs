@@ -2,8 +2,9 @@
 //! first-party tools and the examples in WAT, C, Python and JavaScript pass, and each example's
 //! park is reached and resumed; a hostile plugin fails and the report says why.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
 
 use maestro_examples as examples;
 use maestro_plugins as artifacts;
@@ -11,13 +12,7 @@ use serde_json::Value;
 
 /// `maestro plugin check` with `args`, with no policy from the environment.
 fn plugin_check(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_maestro"))
-        // A cache shared across runs: the Python and JavaScript components take seconds to compile.
-        .env(
-            "MAESTRO_CACHE_DIR",
-            Path::new(artifacts::DIR).join("../e2e-cache"),
-        )
-        .env_remove("MAESTRO_POLICY")
+    common::maestro_command()
         .args(["plugin", "check"])
         .args(args)
         .output()

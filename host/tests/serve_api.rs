@@ -3,6 +3,7 @@
 //! approval that resumes it and a second one that is refused, JSON errors, and plugin upload and
 //! removal.
 
+mod common;
 mod serve_support;
 
 use std::time::Duration;
@@ -341,14 +342,7 @@ async fn plugins_are_uploaded_checked_and_removed() {
         .await
         .unwrap();
     assert_eq!(response.status(), 422);
-    let listed = server.get("/v1/plugins").await;
-    let entry = listed["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "stamp")
-        .unwrap()
-        .clone();
+    let entry = server.plugin("stamp").await;
     assert_eq!(entry["status"], "serving");
     assert_eq!(entry["content_hash"], status["content_hash"]);
     assert!(

@@ -3,6 +3,7 @@
 //! job that parks after the page opened (live, from the event stream), and an approval clicked
 //! on the page resumes the job to its end.
 
+mod common;
 mod serve_support;
 
 use std::net::TcpListener;

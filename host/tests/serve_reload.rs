@@ -4,15 +4,16 @@
 //! settles the last version answers. And a parked call keeps its version: it resumes after its
 //! plugin was removed from the folder, and after a restart too (from the archive).
 
+mod common;
 mod serve_support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use maestro::engine::{JobEvent, JobStatus};
+use maestro::engine::JobEvent;
 use maestro::store::{JobStore, SqliteStore};
 use serde_json::Value;
-use serve_support::{ServerFolder, TestServer};
+use serve_support::{ServerFolder, TestServer, has_ended};
 
 const REPLACEMENTS: u16 = 50;
 const CALLS_PER_JOB: usize = 3;
@@ -98,11 +99,7 @@ async fn replacing_a_plugin_50_times_under_load_fails_no_call_and_never_mixes_ve
     let mut settled = false;
     while Instant::now() < deadline {
         let id = server.start_job("stamp", "after the reloads").await;
-        let job = server
-            .wait_for(&id, "ended", |job: &Value| {
-                JobStatus::parse(job["status"].as_str().unwrap()).is_some_and(|s| s.is_final())
-            })
-            .await;
+        let job = server.wait_for(&id, "ended", has_ended).await;
         ids.push(id.clone());
         assert_eq!(job["status"], "completed", "{job}");
         if stamp_answers(&store, &id)[0].0 == last {
@@ -118,11 +115,7 @@ async fn replacing_a_plugin_50_times_under_load_fails_no_call_and_never_mixes_ve
         .collect();
     let mut seen = BTreeSet::new();
     for id in &ids {
-        let job = server
-            .wait_for(id, "ended", |job: &Value| {
-                JobStatus::parse(job["status"].as_str().unwrap()).is_some_and(|s| s.is_final())
-            })
-            .await;
+        let job = server.wait_for(id, "ended", has_ended).await;
         assert_eq!(
             job["status"],
             "completed",
@@ -148,13 +141,7 @@ async fn replacing_a_plugin_50_times_under_load_fails_no_call_and_never_mixes_ve
         seen.contains("stamp-v000") && seen.contains(&last),
         "{seen:?}"
     );
-    let plugins = server.get("/v1/plugins").await;
-    let stamp = plugins["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "stamp")
-        .unwrap();
+    let stamp = server.plugin("stamp").await;
     assert_eq!(stamp["status"], "serving", "{stamp}");
     eprintln!(
         "{} jobs, {} calls, answered by {} versions",
@@ -189,14 +176,7 @@ async fn a_parked_call_resumes_on_its_version_after_removal_and_restart() {
     std::fs::remove_file(server.folder.path("plugins/confirm.wasm")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let plugins = server.get("/v1/plugins").await;
-        let confirm = plugins["plugins"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "confirm")
-            .cloned()
-            .unwrap();
+        let confirm = server.plugin("confirm").await;
         if confirm["status"] == "removed" {
             break;
         }
@@ -205,10 +185,7 @@ async fn a_parked_call_resumes_on_its_version_after_removal_and_restart() {
     }
     // New calls no longer reach it: a new job's call is answered as an unknown tool.
     let third = server.start_job("confirm", "third").await;
-    let ended = |job: &Value| {
-        JobStatus::parse(job["status"].as_str().unwrap()).is_some_and(|s| s.is_final())
-    };
-    server.wait_for(&third, "ended", ended).await;
+    server.wait_for(&third, "ended", has_ended).await;
     let store = SqliteStore::open(server.folder.path("jobs.db")).unwrap();
     let answered_unknown = store.events(&third, 0).unwrap().into_iter().any(|stored| {
         matches!(stored.event, JobEvent::ToolAnswered { tool, is_error: true, .. } if tool == "Confirm")
@@ -223,7 +200,7 @@ async fn a_parked_call_resumes_on_its_version_after_removal_and_restart() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let done = server.wait_for(&first, "ended", ended).await;
+    let done = server.wait_for(&first, "ended", has_ended).await;
     assert_eq!(done["status"], "completed", "{done}\n{}", server.log());
     let confirmed = |store: &SqliteStore, id: &str| {
         store.events(id, 0).unwrap().into_iter().any(|stored| {
@@ -242,7 +219,7 @@ async fn a_parked_call_resumes_on_its_version_after_removal_and_restart() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let done = server.wait_for(&second, "ended", ended).await;
+    let done = server.wait_for(&second, "ended", has_ended).await;
     assert_eq!(done["status"], "completed", "{done}\n{}", server.log());
     assert!(confirmed(&store, &second));
     assert!(

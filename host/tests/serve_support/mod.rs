@@ -31,6 +31,8 @@ turns:
 
 pub struct ServerFolder {
     pub dir: tempfile::TempDir,
+    /// Whether the config asks for [`TOKEN`].
+    pub token: bool,
 }
 
 impl ServerFolder {
@@ -64,7 +66,7 @@ impl ServerFolder {
             ),
         )
         .unwrap();
-        Self { dir }
+        Self { dir, token }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -72,23 +74,7 @@ impl ServerFolder {
     }
 
     pub fn command(&self, extra: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_maestro"));
-        command.env(
-            "MAESTRO_CACHE_DIR",
-            Path::new(maestro_plugins::DIR).join("../e2e-cache"),
-        );
-        for var in [
-            "MAESTRO_CONFIG",
-            "MAESTRO_MODEL",
-            "MAESTRO_POLICY",
-            "MAESTRO_STORE",
-            "MAESTRO_LISTEN",
-            "MAESTRO_API_TOKEN",
-            "MAESTRO_PLUGIN_DIR",
-            "MAESTRO_PIECES",
-        ] {
-            command.env_remove(var);
-        }
+        let mut command = crate::common::maestro_command();
         command
             .arg("serve")
             .arg("--config")
@@ -138,12 +124,7 @@ impl TestServer {
                 );
             }
         };
-        let token = folder
-            .path("maestro.toml")
-            .exists()
-            .then(|| std::fs::read_to_string(folder.path("maestro.toml")).unwrap())
-            .filter(|config| config.contains(TOKEN))
-            .map(|_| TOKEN.to_owned());
+        let token = folder.token.then(|| TOKEN.to_owned());
         Self {
             folder,
             base: format!("http://{address}"),
@@ -162,6 +143,7 @@ impl TestServer {
             &mut self.folder,
             ServerFolder {
                 dir: tempfile::tempdir().unwrap(),
+                token: false,
             },
         );
         drop(self);
@@ -221,6 +203,18 @@ impl TestServer {
         job["id"].as_str().unwrap().to_owned()
     }
 
+    /// The `GET /v1/plugins` entry of plugin `name`.
+    pub async fn plugin(&self, name: &str) -> Value {
+        let listed = self.get("/v1/plugins").await;
+        listed["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|plugin| plugin["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no plugin `{name}` in {listed}"))
+    }
+
     /// Polls the job until `done(job)` holds.
     pub async fn wait_for(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -247,6 +241,12 @@ impl Drop for TestServer {
             eprintln!("--- maestro serve log ---\n{}", self.log());
         }
     }
+}
+
+/// Whether a job (as the API shows it) has ended.
+pub fn has_ended(job: &Value) -> bool {
+    maestro::engine::JobStatus::parse(job["status"].as_str().unwrap())
+        .is_some_and(|status| status.is_final())
 }
 
 /// The pieces folder's approval piece, as shipped.
