@@ -171,16 +171,17 @@ impl JobStream {
         };
         for stored in &events {
             self.after = stored.seq;
-            let name = serde_json::to_value(&stored.event)
-                .ok()
-                .and_then(|value| value.get("event")?.as_str().map(str::to_owned))
-                .unwrap_or_else(|| "event".to_owned());
-            match Event::default()
-                .id(stored.seq.to_string())
-                .event(name)
-                .json_data(stored)
-            {
-                Ok(event) => self.ready.push_back(event),
+            // One serialization gives both the data and the event's name.
+            match serde_json::to_value(stored) {
+                Ok(value) => {
+                    let name = value["event"].as_str().unwrap_or("event").to_owned();
+                    self.ready.push_back(
+                        Event::default()
+                            .id(stored.seq.to_string())
+                            .event(name)
+                            .data(value.to_string()),
+                    );
+                }
                 Err(error) => self.fail(format!("event {}: {error}", stored.seq)),
             }
         }

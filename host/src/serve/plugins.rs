@@ -156,16 +156,10 @@ impl PluginHost {
         let path = self.path_of(name);
         let read = {
             let path = path.clone();
-            tokio::task::spawn_blocking(move || {
-                std::fs::read(&path).map(|bytes| {
-                    let hash = content_hash(&bytes);
-                    (bytes, hash)
-                })
-            })
-            .await
+            tokio::task::spawn_blocking(move || std::fs::read(&path)).await
         };
         match read {
-            Ok(Ok((bytes, hash))) => self.install(name, bytes, hash, None).await,
+            Ok(Ok(bytes)) => self.install(name, bytes, None).await,
             Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => self.retire(name),
             Ok(Err(error)) => self.fail(
                 name,
@@ -189,10 +183,7 @@ impl PluginHost {
     ) -> Result<(Change, PluginStatus), PluginRequestError> {
         check_name(name)?;
         let _one = self.one_change_at_a_time.lock().await;
-        let hash = content_hash(&bytes);
-        let change = self
-            .install(name, bytes, hash, Some(&self.path_of(name)))
-            .await;
+        let change = self.install(name, bytes, Some(&self.path_of(name))).await;
         Ok((
             change,
             self.status(name).expect("an installed plugin has a status"),
@@ -258,13 +249,19 @@ impl PluginHost {
 
     /// Loads `bytes` as the new version of `name`; with `write_to`, writes the file once the
     /// version is accepted. The caller holds the change lock.
-    async fn install(
-        &self,
-        name: &str,
-        bytes: Vec<u8>,
-        hash: String,
-        write_to: Option<&Path>,
-    ) -> Change {
+    async fn install(&self, name: &str, bytes: Vec<u8>, write_to: Option<&Path>) -> Change {
+        // SHA-256 of a large component takes milliseconds: off the async threads.
+        let (bytes, hash) = match tokio::task::spawn_blocking(move || {
+            let hash = content_hash(&bytes);
+            (bytes, hash)
+        })
+        .await
+        {
+            Ok(hashed) => hashed,
+            Err(error) => {
+                return self.fail(name, format!("cannot hash the component: {error}"), None);
+            }
+        };
         let serving_same = self.lock_entries().get(name).is_some_and(|entry| {
             entry
                 .serving
