@@ -1,18 +1,31 @@
-//! Park → resume cycles per second through one embedded SQLite store, with 1 and 2 runners
-//! working side by side (what `maestro work --runners N` does): each cycle runs a claimed job
-//! until `complete` parks on a question (the real component), saves it with its events, records
-//! the answer, claims the job again, resumes it (the parked call is re-invoked, the model takes its
-//! turn), runs it to the end and saves it with its events. Creating and first claiming the jobs is
-//! set-up, outside the timed span.
+//! Park → resume cycles per second through a real worker on one embedded SQLite store.
 //!
-//! `cargo bench -p maestro-benches --bench cycle_throughput`
+//! Each job of a batch is one cycle: a runner claims it, runs it until `complete` parks on a
+//! question (the real component) and saves it with its events; an answerer thread records the
+//! answer as soon as the job is durable (what `POST /v1/jobs/{id}/answer` or `maestro jobs
+//! answer` does); a runner claims it again, re-invokes the parked call, lets the model take its
+//! turn, runs it to the end and saves it. Creating the jobs is set-up, outside the timed span;
+//! the span ends when the last job has been saved as completed.
+//!
+//! The worker's runners share the store's one writer, which commits whatever changes are queued
+//! in one transaction, so throughput grows with the runners in flight. Also measured: the
+//! processor time of the whole process per cycle (two cores' worth is the ceiling here), and the
+//! bytes written per cycle (WAL frames and checkpoints), both from `/proc/self`.
+//!
+//! `cargo bench -p maestro-benches --bench cycle_throughput`; `CYCLE_RUNNERS=16` measures one
+//! worker size only (for a profiler).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use maestro::engine::{CancelFlag, Engine, JobEvent, JobStatus, Observer};
 use maestro::plugin::Resume;
-use maestro::store::{ClaimedJob, JobStore, SqliteStore};
+use maestro::store::{JobStore, SqliteStore};
+use maestro::worker::{Worker, WorkerConfig};
+use maestro_benches::median;
+use tokio::sync::Notify;
 
 const SCRIPT: &str = r#"
 turns:
@@ -20,111 +33,184 @@ turns:
   - tool_calls: [{ name: complete, arguments: { status: done, summary: "done" } }]
 "#;
 
-const CYCLES_PER_RUNNER: usize = 4_000;
+const JOBS: usize = 10_000;
+/// Each worker size is measured this many times, on a fresh store each time.
+const ROUNDS: usize = 3;
+/// Answers recorded at once, like that many API clients or shells answering.
+const ANSWERERS: usize = 4;
 
-/// The events of the run in progress, saved with the job as a runner does.
-#[derive(Default)]
-struct Events(Mutex<Vec<JobEvent>>);
+/// Hands each parked job to the answerers and stops the worker after the last completion.
+struct Bench {
+    /// Taken away after the run, which ends the answerers.
+    parked: Mutex<Option<Sender<String>>>,
+    completed: AtomicUsize,
+    stop: CancelFlag,
+}
 
-impl Events {
-    fn take(&self) -> Vec<JobEvent> {
-        std::mem::take(&mut *self.0.lock().unwrap())
+impl Observer for Bench {
+    fn on_event(&self, _job_id: &str, _event: &JobEvent) {}
+
+    fn on_saved(&self, job_id: &str, status: JobStatus) {
+        match status {
+            JobStatus::WaitingHuman => {
+                if let Some(parked) = &*self.parked.lock().unwrap() {
+                    parked.send(job_id.to_owned()).expect("answerers");
+                }
+            }
+            JobStatus::Completed => {
+                if self.completed.fetch_add(1, Ordering::SeqCst) + 1 == JOBS {
+                    self.stop.cancel();
+                }
+            }
+            other => panic!("job {job_id} saved as {other}"),
+        }
     }
 }
 
-impl Observer for Events {
-    fn on_event(&self, _job_id: &str, event: &JobEvent) {
-        self.0.lock().unwrap().push(event.clone());
-    }
+/// One measured batch of cycles.
+struct Round {
+    elapsed: Duration,
+    /// Processor time of the whole process (every thread, user and system) per cycle.
+    cpu_per_cycle: Duration,
+    written_per_cycle: u64,
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
     let (engine, _cache) = maestro_benches::chat_engine(&rt, SCRIPT);
     let engine = Arc::new(engine);
-    println!("| runners | cycles | cycles/s | per cycle, per runner | of which in the store |");
+    let sizes: Vec<usize> = match std::env::var("CYCLE_RUNNERS") {
+        Ok(list) => list
+            .split(',')
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .expect("CYCLE_RUNNERS: runner counts, like 4,16")
+            })
+            .collect(),
+        Err(_) => vec![1, 4, 16, 64],
+    };
+    println!("{JOBS} cycles per round, {ROUNDS} rounds per size: medians, with the rounds' range");
+    println!("| runners | cycles/s | per cycle | processor time per cycle | written per cycle |");
     println!("|---:|---:|---:|---:|---:|");
-    for runners in [1, 2] {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = Arc::new(SqliteStore::open(dir.path().join("jobs.db")).expect("store opens"));
-        // Creating and first claiming each job is set-up; the cycles are the timed work.
-        let batches: Vec<(String, Vec<ClaimedJob>)> = (0..runners)
-            .map(|runner| {
-                let owner = format!("r{runner}");
-                let claimed = (0..CYCLES_PER_RUNNER)
-                    .map(|n| {
-                        let id = format!("job-{runner}-{n:06}");
-                        let job = engine.new_job(id.clone(), "chat", "hello".into()).unwrap();
-                        store.create(&job).unwrap();
-                        store.claim(&id, &owner, 600_000).unwrap().unwrap()
-                    })
-                    .collect();
-                (owner, claimed)
-            })
+    for runners in sizes {
+        let rounds: Vec<Round> = (0..ROUNDS)
+            .map(|_| measure(&rt, &engine, runners))
             .collect();
-        let started = Instant::now();
-        let threads: Vec<_> = batches
-            .into_iter()
-            .map(|(owner, claimed)| {
-                let (engine, store) = (engine.clone(), store.clone());
-                std::thread::spawn(move || run_cycles(&engine, &*store, &owner, claimed))
-            })
+        let mut rates: Vec<f64> = rounds
+            .iter()
+            .map(|round| JOBS as f64 / round.elapsed.as_secs_f64())
             .collect();
-        let in_store: Duration = threads
-            .into_iter()
-            .map(|thread| thread.join().expect("runner"))
-            .sum();
-        let elapsed = started.elapsed();
-        let cycles = runners * CYCLES_PER_RUNNER;
+        rates.sort_by(f64::total_cmp);
+        let mut per_cycle: Vec<Duration> = rounds.iter().map(|r| r.elapsed / JOBS as u32).collect();
+        let mut cpu: Vec<Duration> = rounds.iter().map(|r| r.cpu_per_cycle).collect();
+        let mut written: Vec<u64> = rounds.iter().map(|r| r.written_per_cycle).collect();
+        written.sort();
         println!(
-            "| {runners} | {cycles} | {:.0} | {:.0} µs | {:.0} µs |",
-            cycles as f64 / elapsed.as_secs_f64(),
-            elapsed.as_secs_f64() * 1e6 * runners as f64 / cycles as f64,
-            in_store.as_secs_f64() * 1e6 / cycles as f64
+            "| {runners} | {:.0} ({:.0}–{:.0}) | {:.0} µs | {:.0} µs | {:.1} KB |",
+            rates[ROUNDS / 2],
+            rates[0],
+            rates[ROUNDS - 1],
+            median(&mut per_cycle).as_secs_f64() * 1e6,
+            median(&mut cpu).as_secs_f64() * 1e6,
+            written[ROUNDS / 2] as f64 / 1024.0,
         );
     }
 }
 
-/// Runs the cycles; returns the time spent in the store.
-fn run_cycles(
-    engine: &Engine,
-    store: &dyn JobStore,
-    owner: &str,
-    claimed: Vec<ClaimedJob>,
-) -> Duration {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let cancel = CancelFlag::default();
-    let events = Events::default();
-    let mut in_store = Duration::ZERO;
-    let mut timed = |work: &mut dyn FnMut()| {
-        let started = Instant::now();
-        work();
-        in_store += started.elapsed();
-    };
-    for mut job in claimed {
-        rt.block_on(engine.run(&mut job.state, None, &events, &cancel))
+/// Creates `JOBS` jobs, then runs a worker of `runners` until each has parked, been answered
+/// and completed.
+fn measure(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, runners: usize) -> Round {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Arc::new(SqliteStore::open(dir.path().join("jobs.db")).expect("store opens"));
+    for n in 0..JOBS {
+        let job = engine
+            .new_job(format!("job-{n:06}"), "chat", "hello".into())
             .unwrap();
-        assert_eq!(job.state.status, JobStatus::WaitingHuman);
-        let id = job.state.id.clone();
-        let mut resumed = None;
-        timed(&mut || {
-            store.save(&job.state, &events.take(), owner).unwrap();
-            store
-                .answer(&id, &Resume::Answered("Oslo".into()), None)
-                .unwrap();
-            resumed = store.claim(&id, owner, 60_000).unwrap();
-        });
-        let mut resumed = resumed.unwrap();
-        rt.block_on(engine.run(&mut resumed.state, resumed.resume, &events, &cancel))
-            .unwrap();
-        assert_eq!(resumed.state.status, JobStatus::Completed);
-        timed(&mut || store.save(&resumed.state, &events.take(), owner).unwrap());
+        store.create(&job).unwrap();
     }
-    in_store
+    let (parked, to_answer) = std::sync::mpsc::channel();
+    let stop = CancelFlag::default();
+    let bench = Arc::new(Bench {
+        parked: Mutex::new(Some(parked)),
+        completed: AtomicUsize::new(0),
+        stop: stop.clone(),
+    });
+    let wake = Arc::new(Notify::new());
+    let worker = Arc::new(
+        Worker::new(
+            store.clone(),
+            engine.clone(),
+            WorkerConfig {
+                runners,
+                idle_poll: Duration::from_millis(5),
+                name: "bench".into(),
+                ..WorkerConfig::default()
+            },
+            wake.clone(),
+        )
+        .with_observer(bench.clone()),
+    );
+    let to_answer = Arc::new(Mutex::new(to_answer));
+    let answerers: Vec<_> = (0..ANSWERERS)
+        .map(|_| {
+            let (store, to_answer, wake) = (store.clone(), to_answer.clone(), wake.clone());
+            std::thread::spawn(move || answer_all(&*store, &to_answer, &wake))
+        })
+        .collect();
+    let written_before = bytes_written();
+    let cpu_before = cpu_time();
+    let started = Instant::now();
+    rt.block_on(worker.run(stop, false));
+    let elapsed = started.elapsed();
+    let cpu = cpu_time() - cpu_before;
+    let written = bytes_written() - written_before;
+    drop(worker);
+    drop(bench.parked.lock().unwrap().take());
+    for answerer in answerers {
+        answerer.join().expect("answerer");
+    }
+    let completed = store.list(Some(JobStatus::Completed), JOBS + 1).unwrap();
+    assert_eq!(completed.len(), JOBS);
+    Round {
+        elapsed,
+        cpu_per_cycle: cpu / JOBS as u32,
+        written_per_cycle: written / JOBS as u64,
+    }
+}
+
+/// Answers parked jobs until the worker is gone.
+fn answer_all(store: &dyn JobStore, to_answer: &Mutex<Receiver<String>>, wake: &Notify) {
+    loop {
+        let next = to_answer.lock().unwrap().recv();
+        let Ok(id) = next else { return };
+        store
+            .answer(&id, &Resume::Answered("Oslo".into()), None)
+            .unwrap();
+        wake.notify_one();
+    }
+}
+
+/// Processor time this process has used so far, from `/proc/self/stat` (in clock ticks of
+/// 10 ms: a round uses thousands).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("stat") + 2..]
+        .split(' ')
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
+/// Bytes this process has written so far (to the WAL and, by checkpoints, to the database).
+fn bytes_written() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").expect("/proc/self/io");
+    io.lines()
+        .find_map(|line| line.strip_prefix("wchar: "))
+        .and_then(|bytes| bytes.trim().parse().ok())
+        .expect("wchar in /proc/self/io")
 }

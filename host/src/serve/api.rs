@@ -478,7 +478,8 @@ impl AppState {
 
     fn publish_change(&self, job: &str, status: JobStatus) {
         if status == JobStatus::Pending {
-            self.wake.notify_waiters();
+            // One job became runnable: one runner is enough.
+            self.wake.notify_one();
         }
         self.hub.publish(Notice::Saved {
             job: job.to_owned(),

@@ -10,6 +10,9 @@
 
 mod sqlite;
 
+use std::future::Future;
+use std::pin::Pin;
+
 use serde::Serialize;
 
 pub use sqlite::{CancelOutcome, SqliteStore};
@@ -17,7 +20,7 @@ pub use sqlite::{CancelOutcome, SqliteStore};
 use crate::engine::{JobEvent, JobState, JobStatus};
 use crate::plugin::Resume;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("no job `{0}` in the store")]
     NotFound(String),
@@ -84,6 +87,17 @@ pub struct ClaimedJob {
     pub resume: Option<Resume>,
 }
 
+/// A store call that leaves the calling thread free while the change waits for its commit.
+pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send>>;
+
+/// What [`JobStore::save_and_claim_next`] did: whether the save stood, and the job claimed
+/// next.
+#[derive(Debug)]
+pub struct Handoff {
+    pub saved: Result<(), StoreError>,
+    pub next: Result<Option<ClaimedJob>, StoreError>,
+}
+
 /// Where jobs live. The embedded default is [`SqliteStore`]; the trait keeps the engine and
 /// the CLI independent of the database.
 pub trait JobStore: Send + Sync {
@@ -106,6 +120,10 @@ pub trait JobStore: Send + Sync {
     /// Takes the oldest runnable job (pending, or running under an expired lease) for `owner`.
     fn claim_next(&self, owner: &str, lease_ms: i64) -> Result<Option<ClaimedJob>, StoreError>;
 
+    /// [`JobStore::claim_next`] for a runner: the runner's thread does other work meanwhile,
+    /// so many runners' claims can share one commit.
+    fn claim_next_async(&self, owner: &str, lease_ms: i64) -> StoreFuture<Option<ClaimedJob>>;
+
     /// Extends `owner`'s lease on a running job and says whether someone asked it to stop;
     /// refused when the lease went to someone else.
     fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<bool, StoreError>;
@@ -114,6 +132,20 @@ pub trait JobStore: Send + Sync {
     /// atomically, and releases the lease unless the job is still running. Refused when
     /// `owner` no longer holds the lease, so a runner that lost its job cannot overwrite it.
     fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError>;
+
+    /// [`JobStore::save`] for a runner, without blocking its thread.
+    fn save_async(&self, job: &JobState, events: &[JobEvent], owner: &str) -> StoreFuture<()>;
+
+    /// A runner's step from one job to the next in one commit: saves `job` as
+    /// [`JobStore::save`] does and takes the next runnable job as [`JobStore::claim_next`]
+    /// does. A refused save does not stop the claim.
+    fn save_and_claim_next(
+        &self,
+        job: &JobState,
+        events: &[JobEvent],
+        owner: &str,
+        lease_ms: i64,
+    ) -> StoreFuture<Handoff>;
 
     /// Cancels a job and its descendants. A job that is pending, waiting, or running under an
     /// expired lease (its runner died) ends as cancelled at once; a live run is asked to stop

@@ -1,20 +1,23 @@
 //! The embedded store: SQLite in one file (WAL), schema migrations by `user_version`.
 //!
-//! Invariant: every multi-row change runs in one `IMMEDIATE` transaction, so two processes on
-//! the same file see each change whole or not at all, and a check-then-write (answer, claim,
-//! cancel) cannot interleave with another.
+//! Invariant: every change runs inside an `IMMEDIATE` transaction of the store's one writer
+//! thread (`sqlite_writer.rs`), so two processes on the same file see each change whole or not
+//! at all, and a check-then-write (answer, claim, cancel) cannot interleave with another.
+//! Changes queued together share a transaction, each in its own savepoint. Reads go through a
+//! separate read-only connection and see only committed changes.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::{ClaimedJob, JobStore, JobSummary, StoreError, StoredEvent};
+use super::{ClaimedJob, Handoff, JobStore, JobSummary, StoreError, StoreFuture, StoredEvent};
 use crate::engine::{JobEvent, JobState, JobStatus};
 use crate::plugin::Resume;
 
 /// Schema versions, applied in order; the index + 1 is the `user_version` after each.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE jobs (
     id              TEXT PRIMARY KEY,
     piece           TEXT NOT NULL,
@@ -42,10 +45,29 @@ CREATE TABLE events (
     event   TEXT NOT NULL,
     PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
-"#];
+"#,
+    // The events of one save share a row (a JSON array): one B-tree insert per save instead of one
+    // per event, which was a large share of a park/resume cycle's commit. Event numbering is
+    // unchanged: a row holds events first_seq..=last_seq.
+    r#"
+CREATE TABLE event_batches (
+    job_id    TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq  INTEGER NOT NULL,
+    at_ms     INTEGER NOT NULL,
+    events    TEXT NOT NULL,
+    PRIMARY KEY (job_id, first_seq)
+) WITHOUT ROWID;
+INSERT INTO event_batches (job_id, first_seq, last_seq, at_ms, events)
+    SELECT job_id, seq, seq, at_ms, '[' || event || ']' FROM events;
+DROP TABLE events;
+"#,
+];
 
 #[path = "sqlite_tree.rs"]
 mod tree;
+#[path = "sqlite_writer.rs"]
+mod writer;
 
 /// Every statement through SQLite's prepared-statement cache: parsing SQL anew for each call
 /// was a large share of a park/resume cycle.
@@ -77,15 +99,77 @@ impl Cached for Connection {
 pub use tree::CancelOutcome;
 
 pub struct SqliteStore {
+    db: Arc<Db>,
+    /// Reads only (`PRAGMA query_only`); every change goes through `writer`.
+    reader: Mutex<Connection>,
+    writer: writer::Writer,
+}
+
+/// What the writer thread and the callers share: the file, named in every error.
+struct Db {
     path: PathBuf,
-    connection: Mutex<Connection>,
 }
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteStore")
-            .field("path", &self.path)
+            .field("path", &self.db.path)
             .finish()
+    }
+}
+
+/// A job's columns as a save writes them, serialized by the caller so that the writer thread,
+/// which every runner waits for, only runs SQL.
+struct JobRow {
+    id: String,
+    status: JobStatus,
+    movement: String,
+    parent: Option<String>,
+    wait_reason: Option<&'static str>,
+    parked_plugin: Option<String>,
+    wait_expires_at_ms: Option<i64>,
+    state: String,
+}
+
+impl JobRow {
+    fn of(job: &JobState) -> Result<Self, serde_json::Error> {
+        let parked_plugin = job.wait.as_ref().and_then(|wait| match &wait.resume {
+            crate::engine::ResumePoint::ParkedCall { plugin, .. }
+            | crate::engine::ResumePoint::ApprovalGate { plugin, .. } => {
+                Some(plugin.content_hash.clone())
+            }
+            crate::engine::ResumePoint::EnterMovement
+            | crate::engine::ResumePoint::BurstGate { .. } => None,
+        });
+        Ok(Self {
+            id: job.id.clone(),
+            status: job.status,
+            movement: job.movement.clone(),
+            parent: job.parent.clone(),
+            wait_reason: job
+                .wait
+                .as_ref()
+                .and_then(|wait| wait.reason)
+                .map(|reason| reason.as_str()),
+            parked_plugin,
+            wait_expires_at_ms: job.wait.as_ref().and(job.wait_expires_at_ms),
+            state: serde_json::to_string(job)?,
+        })
+    }
+}
+
+/// The events of one save as their row stores them, serialized by the caller.
+struct EventBatch {
+    count: usize,
+    json: String,
+}
+
+impl EventBatch {
+    fn of(events: &[JobEvent]) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            count: events.len(),
+            json: serde_json::to_string(events)?,
+        })
     }
 }
 
@@ -114,7 +198,7 @@ impl SqliteStore {
             .execute_batch(
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
                  PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384; \
-                 PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4000;",
+                 PRAGMA temp_store = MEMORY;",
             )
             .map_err(|e| fail(e.to_string()))?;
         let version: usize = connection
@@ -136,14 +220,59 @@ impl SqliteStore {
                 .and_then(|()| tx.commit())
                 .map_err(|e| fail(format!("migration {}: {e}", index + 1)))?;
         }
+        let side_connection = |pragmas: &str| {
+            let side = Connection::open(&path)?;
+            side.execute_batch(pragmas)?;
+            Ok::<_, rusqlite::Error>(side)
+        };
+        let reader = side_connection(
+            "PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384; PRAGMA query_only = 1;",
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        reader.set_prepared_statement_cache_capacity(64);
+        let checkpoints =
+            side_connection("PRAGMA busy_timeout = 10000;").map_err(|e| fail(e.to_string()))?;
+        let db = Arc::new(Db { path: path.clone() });
+        let writer = writer::Writer::start(db.clone(), connection, checkpoints)
+            .map_err(|e| fail(e.to_string()))?;
         Ok(Self {
-            path,
-            connection: Mutex::new(connection),
+            db,
+            reader: Mutex::new(reader),
+            writer,
         })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.db.path
+    }
+
+    fn read(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `body` in the writer's transaction and waits until it has committed.
+    fn write<T: Send + 'static>(
+        &self,
+        body: impl FnOnce(&Db, &Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (reply, result) = std::sync::mpsc::sync_channel(1);
+        self.writer.submit(&self.db, body, move |outcome| {
+            let _ = reply.send(outcome);
+        });
+        result.recv().unwrap_or_else(|_| Err(self.db.change_lost()))
+    }
+
+    /// [`Self::write`] for async callers: the calling thread is free while the change waits.
+    fn write_async<T: Send + 'static>(
+        &self,
+        body: impl FnOnce(&Db, &Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> StoreFuture<T> {
+        let (reply, result) = tokio::sync::oneshot::channel();
+        self.writer.submit(&self.db, body, move |outcome| {
+            let _ = reply.send(outcome);
+        });
+        let db = self.db.clone();
+        Box::pin(async move { result.await.unwrap_or_else(|_| Err(db.change_lost())) })
     }
 
     /// The summary rows that `filter` (a WHERE clause with its ORDER and LIMIT) selects.
@@ -152,13 +281,13 @@ impl SqliteStore {
         filter: &str,
         parameters: impl rusqlite::Params,
     ) -> Result<Vec<JobSummary>, StoreError> {
-        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let connection = self.read();
         let mut query = connection
             .prepare_cached(&format!(
                 "SELECT id, piece, status, movement, wait_reason, parent, created_at_ms, \
                  updated_at_ms FROM jobs {filter}"
             ))
-            .map_err(|e| self.db_error(e))?;
+            .map_err(|e| self.db.db_error(e))?;
         let rows = query
             .query_map(parameters, |row| {
                 Ok((
@@ -172,13 +301,13 @@ impl SqliteStore {
                     row.get::<_, i64>(7)?,
                 ))
             })
-            .map_err(|e| self.db_error(e))?;
+            .map_err(|e| self.db.db_error(e))?;
         let mut jobs = Vec::new();
         for row in rows {
             let (id, piece, status, movement, wait_reason, parent, created, updated) =
-                row.map_err(|e| self.db_error(e))?;
+                row.map_err(|e| self.db.db_error(e))?;
             let status = JobStatus::parse(&status)
-                .ok_or_else(|| self.corrupt(&id, format!("unknown status `{status}`")))?;
+                .ok_or_else(|| self.db.corrupt(&id, format!("unknown status `{status}`")))?;
             jobs.push(JobSummary {
                 id,
                 piece,
@@ -192,7 +321,9 @@ impl SqliteStore {
         }
         Ok(jobs)
     }
+}
 
+impl Db {
     fn db_error(&self, error: impl std::fmt::Display) -> StoreError {
         StoreError::Database {
             path: self.path.display().to_string(),
@@ -208,37 +339,11 @@ impl SqliteStore {
         }
     }
 
-    /// Runs `body` in an IMMEDIATE transaction, committing only if it succeeds.
-    ///
-    /// BEGIN, COMMIT and ROLLBACK are cached statements: parsing them afresh for every
-    /// transaction (what `rusqlite::Transaction` does) was a sixth of a park/resume cycle.
-    fn write<T>(
-        &self,
-        body: impl FnOnce(&rusqlite::Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        let run = |sql: &str| {
-            connection
-                .prepare_cached(sql)
-                .and_then(|mut statement| statement.execute([]))
-                .map_err(|e| self.db_error(e))
-        };
-        run("BEGIN IMMEDIATE")?;
-        // Rolls back on every way out but a successful commit, a panic included, so the shared
-        // connection is never left inside a transaction.
-        struct Open<'c>(&'c rusqlite::Connection, bool);
-        impl Drop for Open<'_> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    let _ = self.0.execute_batch("ROLLBACK");
-                }
-            }
-        }
-        let mut open = Open(&connection, false);
-        let value = body(&connection)?;
-        run("COMMIT")?;
-        open.1 = true;
-        Ok(value)
+    fn change_lost(&self) -> StoreError {
+        self.db_error(
+            "the store's writer dropped the change without making it (it stopped, or the change \
+             failed inside it: see the log)",
+        )
     }
 
     /// The row's scheduling status, state and pending answer.
@@ -273,30 +378,25 @@ impl SqliteStore {
         &self,
         tx: &rusqlite::Connection,
         id: &str,
-        events: &[JobEvent],
+        events: &EventBatch,
         at: i64,
     ) -> Result<(), StoreError> {
-        if events.is_empty() {
+        if events.count == 0 {
             return Ok(());
         }
         let last: i64 = tx
             .row_cached(
-                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1",
+                "SELECT COALESCE(MAX(last_seq), 0) FROM event_batches WHERE job_id = ?1",
                 [id],
                 |row| row.get(0),
             )
             .map_err(|e| self.db_error(e))?;
-        let mut insert = tx
-            .prepare_cached(
-                "INSERT INTO events (job_id, seq, at_ms, event) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .map_err(|e| self.db_error(e))?;
-        for (offset, event) in events.iter().enumerate() {
-            let text = serde_json::to_string(event).map_err(|e| self.db_error(e))?;
-            insert
-                .execute(params![id, last + 1 + offset as i64, at, text])
-                .map_err(|e| self.db_error(e))?;
-        }
+        tx.exec_cached(
+            "INSERT INTO event_batches (job_id, first_seq, last_seq, at_ms, events) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![id, last + 1, last + events.count as i64, at, events.json],
+        )
+        .map_err(|e| self.db_error(e))?;
         Ok(())
     }
 
@@ -304,24 +404,10 @@ impl SqliteStore {
     fn write_state(
         &self,
         tx: &rusqlite::Connection,
-        job: &JobState,
+        job: &JobRow,
         at: i64,
         owner: Option<&str>,
     ) -> Result<usize, StoreError> {
-        let state = serde_json::to_string(job).map_err(|e| self.db_error(e))?;
-        let wait_reason = job
-            .wait
-            .as_ref()
-            .and_then(|wait| wait.reason)
-            .map(|reason| reason.as_str());
-        let parked_plugin = job.wait.as_ref().and_then(|wait| match &wait.resume {
-            crate::engine::ResumePoint::ParkedCall { plugin, .. }
-            | crate::engine::ResumePoint::ApprovalGate { plugin, .. } => {
-                Some(plugin.content_hash.clone())
-            }
-            crate::engine::ResumePoint::EnterMovement
-            | crate::engine::ResumePoint::BurstGate { .. } => None,
-        });
         let still_running = job.status == JobStatus::Running;
         tx.exec_cached(
             "UPDATE jobs SET status = ?2, movement = ?3, wait_reason = ?4, parked_plugin = ?5, \
@@ -333,13 +419,13 @@ impl SqliteStore {
                 job.id,
                 job.status.as_str(),
                 job.movement,
-                wait_reason,
-                parked_plugin,
-                state,
+                job.wait_reason,
+                job.parked_plugin,
+                job.state,
                 at,
                 still_running,
                 owner,
-                job.wait.as_ref().and(job.wait_expires_at_ms)
+                job.wait_expires_at_ms
             ],
         )
         .map_err(|e| self.db_error(e))
@@ -394,34 +480,136 @@ impl SqliteStore {
     }
 }
 
+impl Db {
+    /// Takes the oldest runnable job (pending, or running under an expired lease) for `owner`.
+    fn claim_next_in(
+        &self,
+        tx: &Connection,
+        owner: &str,
+        lease_ms: i64,
+        at: i64,
+    ) -> Result<Option<ClaimedJob>, StoreError> {
+        // Two indexed look-ups rather than one query with OR, which would scan every row:
+        // a store holds many parked jobs and few runnable ones.
+        let mut next: Option<String> = tx
+            .row_cached(
+                "SELECT id FROM jobs WHERE status = 'pending' \
+                 ORDER BY updated_at_ms, id LIMIT 1",
+                [],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| self.db_error(e))?;
+        if next.is_none() {
+            next = tx
+                .row_cached(
+                    "SELECT id FROM jobs WHERE status = 'running' AND lease_until_ms < ?1 \
+                     ORDER BY updated_at_ms, id LIMIT 1",
+                    [at],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(|e| self.db_error(e))?;
+        }
+        let Some(id) = next else {
+            return Ok(None);
+        };
+        match self.claim_in(tx, &id, owner, lease_ms, at) {
+            // A row nobody can read would be offered to every runner for ever: it is set
+            // aside as `error` (its text stays in the file for a human to see).
+            Err(error @ StoreError::Corrupt { .. }) => {
+                tracing::error!("{error}; the job is marked as error");
+                tx.exec_cached(
+                    "UPDATE jobs SET status = 'error', lease_owner = NULL, \
+                     lease_until_ms = NULL, updated_at_ms = ?2 WHERE id = ?1",
+                    params![id, at],
+                )
+                .map_err(|e| self.db_error(e))?;
+                Ok(None)
+            }
+            other => other,
+        }
+    }
+
+    /// Writes `job` and its events while `owner` holds its lease.
+    fn save_in(
+        &self,
+        tx: &Connection,
+        job: &JobRow,
+        events: &EventBatch,
+        owner: &str,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        if self.write_state(tx, job, at, Some(owner))? == 0 {
+            self.row(tx, &job.id)?;
+            return Err(StoreError::LeaseLost {
+                job: job.id.clone(),
+                owner: owner.to_owned(),
+            });
+        }
+        self.append(tx, &job.id, events, at)?;
+        self.after_write(tx, job, at)
+    }
+
+    /// Runs `body` in a savepoint of the open transaction, undone if it fails.
+    fn undone_on_error<T>(
+        &self,
+        tx: &Connection,
+        body: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let run = |sql: &str| tx.exec_cached(sql, []).map_err(|e| self.db_error(e));
+        run("SAVEPOINT part")?;
+        let result = body();
+        if result.is_err() {
+            run("ROLLBACK TO part")?;
+        }
+        run("RELEASE part")?;
+        result
+    }
+}
+
+/// A save's row and events, serialized by the caller.
+fn prepared_save(
+    job: &JobState,
+    events: &[JobEvent],
+) -> Result<(JobRow, EventBatch), serde_json::Error> {
+    Ok((JobRow::of(job)?, EventBatch::of(events)?))
+}
+
 impl JobStore for SqliteStore {
     fn create(&self, job: &JobState) -> Result<(), StoreError> {
-        let state = serde_json::to_string(job).map_err(|e| self.db_error(e))?;
+        let state = serde_json::to_string(job).map_err(|e| self.db.db_error(e))?;
+        let (id, piece, movement, parent) = (
+            job.id.clone(),
+            job.piece.clone(),
+            job.movement.clone(),
+            job.parent.clone(),
+        );
         let at = now_ms();
-        self.write(|tx| {
+        self.write(move |db, tx| {
             tx.exec_cached(
                 "INSERT INTO jobs (id, piece, status, movement, parent, state, created_at_ms, \
                  updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6, ?6)",
-                params![job.id, job.piece, job.movement, job.parent, state, at],
+                params![id, piece, movement, parent, state, at],
             )
-            .map_err(|e| self.db_error(e))?;
+            .map_err(|e| db.db_error(e))?;
             Ok(())
         })
     }
 
     fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError> {
-        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        let (status, state, _, _) = self.row(&connection, id)?;
+        let (status, state, _, _) = self.db.row(&self.read(), id)?;
         Ok((state, status))
     }
 
     fn answer(&self, id: &str, resume: &Resume, expected: Option<u32>) -> Result<(), StoreError> {
         let at = now_ms();
-        self.write(|tx| {
-            let (status, state, pending, _) = self.row(tx, id)?;
+        let (id, resume) = (id.to_owned(), resume.clone());
+        self.write(move |db, tx| {
+            let (status, state, pending, _) = db.row(tx, &id)?;
             if !status.is_waiting() {
                 return Err(StoreError::NotWaiting {
-                    job: id.to_owned(),
+                    job: id,
                     status,
                     hint: if pending.is_some() {
                         " (it was already answered)"
@@ -433,21 +621,21 @@ impl JobStore for SqliteStore {
             let wait = state
                 .wait
                 .as_ref()
-                .ok_or_else(|| self.corrupt(id, "the job waits but has no wait record"))?;
+                .ok_or_else(|| db.corrupt(&id, "the job waits but has no wait record"))?;
             if let Some(given) = expected.filter(|given| *given != wait.id) {
                 return Err(StoreError::StaleAnswer {
-                    job: id.to_owned(),
+                    job: id,
                     given,
                     current: wait.id,
                 });
             }
             wait.request
-                .accepts(resume)
+                .accepts(&resume)
                 .map_err(|message| StoreError::WrongAnswer {
-                    job: id.to_owned(),
+                    job: id.clone(),
                     message,
                 })?;
-            self.make_runnable(tx, id, resume, at)
+            db.make_runnable(tx, &id, &resume, at)
         })
     }
 
@@ -458,59 +646,39 @@ impl JobStore for SqliteStore {
         lease_ms: i64,
     ) -> Result<Option<ClaimedJob>, StoreError> {
         let at = now_ms();
-        self.write(|tx| self.claim_in(tx, id, owner, lease_ms, at))
+        let (id, owner) = (id.to_owned(), owner.to_owned());
+        self.write(move |db, tx| db.claim_in(tx, &id, &owner, lease_ms, at))
     }
 
     fn claim_next(&self, owner: &str, lease_ms: i64) -> Result<Option<ClaimedJob>, StoreError> {
         let at = now_ms();
-        self.write(|tx| {
-            // Two indexed look-ups rather than one query with OR, which would scan every row:
-            // a store holds many parked jobs and few runnable ones.
-            let mut next: Option<String> = tx
-                .row_cached(
-                    "SELECT id FROM jobs WHERE status = 'pending' \
-                     ORDER BY updated_at_ms, id LIMIT 1",
-                    [],
-                    |row| row.get(0),
-                )
-                .optional()
-                .map_err(|e| self.db_error(e))?;
-            if next.is_none() {
-                next = tx
-                    .row_cached(
-                        "SELECT id FROM jobs WHERE status = 'running' AND lease_until_ms < ?1 \
-                         ORDER BY updated_at_ms, id LIMIT 1",
-                        [at],
-                        |row| row.get(0),
-                    )
-                    .optional()
-                    .map_err(|e| self.db_error(e))?;
-            }
-            match next {
-                Some(id) => match self.claim_in(tx, &id, owner, lease_ms, at) {
-                    // A row nobody can read would be offered to every runner for ever: it is
-                    // set aside as `error` (its text stays in the file for a human to see).
-                    Err(error @ StoreError::Corrupt { .. }) => {
-                        tracing::error!("{error}; the job is marked as error");
-                        tx.exec_cached(
-                            "UPDATE jobs SET status = 'error', lease_owner = NULL, \
-                             lease_until_ms = NULL, updated_at_ms = ?2 WHERE id = ?1",
-                            params![id, at],
-                        )
-                        .map_err(|e| self.db_error(e))?;
-                        Ok(None)
-                    }
-                    other => other,
-                },
-                None => Ok(None),
-            }
-        })
+        let owner = owner.to_owned();
+        self.write(move |db, tx| db.claim_next_in(tx, &owner, lease_ms, at))
+    }
+
+    fn claim_next_async(&self, owner: &str, lease_ms: i64) -> StoreFuture<Option<ClaimedJob>> {
+        let at = now_ms();
+        let owner = owner.to_owned();
+        self.write_async(move |db, tx| db.claim_next_in(tx, &owner, lease_ms, at))
     }
 
     fn expire_waits(&self) -> Result<usize, StoreError> {
         let at = now_ms();
-        let expired = serde_json::to_string(&Resume::Expired).map_err(|e| self.db_error(e))?;
-        self.write(|tx| {
+        // Idle runners ask often and there is rarely anything due: a read answers that without
+        // taking the write lock.
+        let due = self
+            .read()
+            .row_cached(
+                "SELECT EXISTS (SELECT 1 FROM jobs WHERE wait_expires_at_ms <= ?1)",
+                [at],
+                |row| row.get::<_, bool>(0),
+            )
+            .map_err(|e| self.db.db_error(e))?;
+        if !due {
+            return Ok(0);
+        }
+        let expired = serde_json::to_string(&Resume::Expired).map_err(|e| self.db.db_error(e))?;
+        self.write(move |db, tx| {
             tx.exec_cached(
                 "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?1, \
                  wait_expires_at_ms = NULL \
@@ -518,13 +686,12 @@ impl JobStore for SqliteStore {
                  AND status IN ('waiting_human', 'waiting_subtasks')",
                 params![at, expired],
             )
-            .map_err(|e| self.db_error(e))
+            .map_err(|e| db.db_error(e))
         })
     }
 
     fn active_jobs(&self) -> Result<usize, StoreError> {
-        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        connection
+        self.read()
             .row_cached(
                 "SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'pending') \
                  + (SELECT COUNT(*) FROM jobs WHERE status = 'running') \
@@ -534,25 +701,26 @@ impl JobStore for SqliteStore {
                 |row| row.get::<_, i64>(0),
             )
             .map(|count| count as usize)
-            .map_err(|e| self.db_error(e))
+            .map_err(|e| self.db.db_error(e))
     }
 
     fn children(&self, parent: &str) -> Result<Vec<String>, StoreError> {
-        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let connection = self.read();
         let mut query = connection
             .prepare_cached("SELECT id FROM jobs WHERE parent = ?1 ORDER BY created_at_ms, id")
-            .map_err(|e| self.db_error(e))?;
+            .map_err(|e| self.db.db_error(e))?;
         let ids = query
             .query_map([parent], |row| row.get::<_, String>(0))
-            .map_err(|e| self.db_error(e))?
+            .map_err(|e| self.db.db_error(e))?
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.db_error(e))?;
+            .map_err(|e| self.db.db_error(e))?;
         Ok(ids)
     }
 
     fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<bool, StoreError> {
         let at = now_ms();
-        self.write(|tx| {
+        let (id, owner) = (id.to_owned(), owner.to_owned());
+        self.write(move |db, tx| {
             let cancel_requested = tx
                 .row_cached(
                     "UPDATE jobs SET lease_until_ms = ?3 WHERE id = ?1 AND lease_owner = ?2 \
@@ -561,32 +729,51 @@ impl JobStore for SqliteStore {
                     |row| row.get::<_, bool>(0),
                 )
                 .optional()
-                .map_err(|e| self.db_error(e))?;
-            cancel_requested.ok_or_else(|| StoreError::LeaseLost {
-                job: id.to_owned(),
-                owner: owner.to_owned(),
-            })
+                .map_err(|e| db.db_error(e))?;
+            cancel_requested.ok_or(StoreError::LeaseLost { job: id, owner })
         })
     }
 
     fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError> {
-        let at = now_ms();
-        self.write(|tx| {
-            if self.write_state(tx, job, at, Some(owner))? == 0 {
-                self.row(tx, &job.id)?;
-                return Err(StoreError::LeaseLost {
-                    job: job.id.clone(),
-                    owner: owner.to_owned(),
-                });
+        let (row, events) = prepared_save(job, events).map_err(|e| self.db.db_error(e))?;
+        let (owner, at) = (owner.to_owned(), now_ms());
+        self.write(move |db, tx| db.save_in(tx, &row, &events, &owner, at))
+    }
+
+    fn save_async(&self, job: &JobState, events: &[JobEvent], owner: &str) -> StoreFuture<()> {
+        let (row, events) = match prepared_save(job, events) {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                let error = self.db.db_error(error);
+                return Box::pin(async move { Err(error) });
             }
-            self.append(tx, &job.id, events, at)?;
-            self.after_write(tx, job, at)
+        };
+        let (owner, at) = (owner.to_owned(), now_ms());
+        self.write_async(move |db, tx| db.save_in(tx, &row, &events, &owner, at))
+    }
+
+    fn save_and_claim_next(
+        &self,
+        job: &JobState,
+        events: &[JobEvent],
+        owner: &str,
+        lease_ms: i64,
+    ) -> StoreFuture<Handoff> {
+        let prepared = prepared_save(job, events).map_err(|e| self.db.db_error(e));
+        let (owner, at) = (owner.to_owned(), now_ms());
+        self.write_async(move |db, tx| {
+            let saved = prepared.and_then(|(row, events)| {
+                db.undone_on_error(tx, || db.save_in(tx, &row, &events, &owner, at))
+            });
+            let next = db.claim_next_in(tx, &owner, lease_ms, at);
+            Ok(Handoff { saved, next })
         })
     }
 
     fn cancel(&self, id: &str, reason: &str) -> Result<CancelOutcome, StoreError> {
         let at = now_ms();
-        self.write(|tx| self.cancel_tree(tx, id, reason, at))
+        let (id, reason) = (id.to_owned(), reason.to_owned());
+        self.write(move |db, tx| db.cancel_tree(tx, &id, &reason, at))
     }
 
     fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError> {
@@ -603,12 +790,13 @@ impl JobStore for SqliteStore {
     }
 
     fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
-        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let connection = self.read();
         let mut query = connection
             .prepare_cached(
-                "SELECT seq, at_ms, event FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq",
+                "SELECT first_seq, at_ms, events FROM event_batches \
+                 WHERE job_id = ?1 AND last_seq > ?2 ORDER BY first_seq",
             )
-            .map_err(|e| self.db_error(e))?;
+            .map_err(|e| self.db.db_error(e))?;
         let rows = query
             .query_map(params![id, after as i64], |row| {
                 Ok((
@@ -617,17 +805,18 @@ impl JobStore for SqliteStore {
                     row.get::<_, String>(2)?,
                 ))
             })
-            .map_err(|e| self.db_error(e))?;
+            .map_err(|e| self.db.db_error(e))?;
         let mut events = Vec::new();
         for row in rows {
-            let (seq, at_ms, text) = row.map_err(|e| self.db_error(e))?;
-            let event = serde_json::from_str(&text)
-                .map_err(|e| self.corrupt(id, format!("event {seq}: {e}")))?;
-            events.push(StoredEvent {
-                seq: seq as u64,
-                at_ms,
-                event,
-            });
+            let (first, at_ms, text) = row.map_err(|e| self.db.db_error(e))?;
+            let batch: Vec<JobEvent> = serde_json::from_str(&text)
+                .map_err(|e| self.db.corrupt(id, format!("events from {first}: {e}")))?;
+            let numbered = (first as u64..).zip(batch);
+            events.extend(
+                numbered
+                    .filter(|(seq, _)| *seq > after)
+                    .map(|(seq, event)| StoredEvent { seq, at_ms, event }),
+            );
         }
         Ok(events)
     }

@@ -251,3 +251,155 @@ fn an_unreadable_job_is_set_aside_instead_of_offered_for_ever() {
     let next = store.claim_next("r", 60_000).unwrap().unwrap();
     assert_eq!(next.state.id, "fine");
 }
+
+/// Holds the writer inside a change until the returned sender is dropped, so that the changes
+/// queued meanwhile share its next transaction.
+fn hold_writer(store: &SqliteStore) -> std::sync::mpsc::Sender<()> {
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (holding, started) = std::sync::mpsc::channel();
+    store.writer.submit(
+        &store.db,
+        move |_, _| {
+            holding.send(()).unwrap();
+            let _ = held.recv();
+            Ok(())
+        },
+        |_: Result<(), StoreError>| {},
+    );
+    started.recv().unwrap();
+    release
+}
+
+/// A change that inserts the job `id`, then fails as `ending` says.
+fn insert_then(
+    store: &SqliteStore,
+    id: &'static str,
+    ending: Option<&'static str>,
+) -> StoreFuture<()> {
+    store.write_async(move |db, tx| {
+        tx.exec_cached(
+            "INSERT INTO jobs (id, piece, status, movement, state, created_at_ms, updated_at_ms) \
+             VALUES (?1, 'chat', 'pending', 'chat', '{}', 0, 0)",
+            [id],
+        )
+        .map_err(|e| db.db_error(e))?;
+        match ending {
+            None => Ok(()),
+            Some("panic") => panic!("a change that panics"),
+            Some(message) => Err(StoreError::WrongAnswer {
+                job: id.into(),
+                message: message.into(),
+            }),
+        }
+    })
+}
+
+#[test]
+fn changes_queued_together_commit_together_and_a_failed_one_leaves_no_trace() {
+    let (_dir, store) = store();
+    let release = hold_writer(&store);
+    let queued = [
+        insert_then(&store, "kept-1", None),
+        insert_then(&store, "refused", Some("no")),
+        insert_then(&store, "panicked", Some("panic")),
+        insert_then(&store, "kept-2", None),
+    ];
+    drop(release);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let results: Vec<_> = queued
+        .into_iter()
+        .map(|change| runtime.block_on(change))
+        .collect();
+    assert!(results[0].is_ok() && results[3].is_ok(), "{results:?}");
+    assert!(
+        matches!(&results[1], Err(StoreError::WrongAnswer { message, .. }) if message == "no"),
+        "{results:?}"
+    );
+    let lost = results[2].as_ref().unwrap_err().to_string();
+    assert!(lost.contains("dropped the change"), "{lost}");
+    let ids: Vec<_> = store
+        .list(None, 10)
+        .unwrap()
+        .into_iter()
+        .map(|job| job.id)
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.contains(&"kept-1".into()) && ids.contains(&"kept-2".into()));
+    // The writer lives on after a panic.
+    store.create(&job("after")).unwrap();
+}
+
+#[test]
+fn a_refused_save_still_hands_the_runner_its_next_job() {
+    let (_dir, store) = store();
+    store.create(&job("lost")).unwrap();
+    store.claim("lost", "slow", -1_000).unwrap().unwrap();
+    // The lease ran out: another runner took the job.
+    store.claim_next("fast", 60_000).unwrap().unwrap();
+    store.create(&job("next")).unwrap();
+    let mut state = job("lost");
+    state.status = JobStatus::Completed;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let handoff = runtime
+        .block_on(store.save_and_claim_next(
+            &state,
+            &[finished(JobStatus::Completed)],
+            "slow",
+            60_000,
+        ))
+        .unwrap();
+    assert!(
+        matches!(handoff.saved, Err(StoreError::LeaseLost { .. })),
+        "{:?}",
+        handoff.saved
+    );
+    assert_eq!(handoff.next.unwrap().unwrap().state.id, "next");
+    assert_eq!(store.load("lost").unwrap().1, JobStatus::Running);
+    assert!(
+        store.events("lost", 0).unwrap().is_empty(),
+        "nothing of the refused save stays"
+    );
+}
+
+#[test]
+fn events_of_a_first_schema_store_keep_their_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.db");
+    let old = rusqlite::Connection::open(&path).unwrap();
+    old.execute_batch(MIGRATIONS[0]).unwrap();
+    old.pragma_update(None, "user_version", 1).unwrap();
+    for (seq, event) in [
+        (1, finished(JobStatus::Running)),
+        (2, finished(JobStatus::Aborted)),
+    ] {
+        old.execute(
+            "INSERT INTO events (job_id, seq, at_ms, event) VALUES ('j1', ?1, 7, ?2)",
+            params![seq, serde_json::to_string(&event).unwrap()],
+        )
+        .unwrap();
+    }
+    drop(old);
+    let store = SqliteStore::open(&path).unwrap();
+    let events = store.events("j1", 0).unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!((events[1].seq, events[1].at_ms), (2, 7));
+    assert_eq!(events[1].event, finished(JobStatus::Aborted));
+    // A save of three events continues the numbering, and `after` may fall inside it.
+    store.create(&job("j1")).unwrap();
+    store.claim("j1", "r", 60_000).unwrap().unwrap();
+    let three = [JobStatus::Running, JobStatus::Running, JobStatus::Completed].map(finished);
+    let mut state = job("j1");
+    state.status = JobStatus::Completed;
+    store.save(&state, &three, "r").unwrap();
+    let after_four = store.events("j1", 4).unwrap();
+    assert_eq!(
+        after_four.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![5]
+    );
+    assert_eq!(after_four[0].event, finished(JobStatus::Completed));
+    assert_eq!(store.events("j1", 0).unwrap().len(), 5);
+}

@@ -7,7 +7,7 @@
 
 use rusqlite::OptionalExtension;
 
-use super::{Cached, SqliteStore};
+use super::{Cached, Db, EventBatch, JobRow};
 use crate::engine::{JobEvent, JobState, JobStatus, WaitRequest};
 use crate::plugin::{Resume, SubtaskResult, SubtaskStatus};
 use crate::store::StoreError;
@@ -21,7 +21,7 @@ pub enum CancelOutcome {
     Requested,
 }
 
-impl SqliteStore {
+impl Db {
     /// Makes `parent` runnable with its children's results if it waits for subtasks and every
     /// child it waits for has ended. Ids that name no job are left out; the tool reports them.
     pub(super) fn release_parent(
@@ -79,7 +79,7 @@ impl SqliteStore {
     pub(super) fn after_write(
         &self,
         tx: &rusqlite::Connection,
-        job: &JobState,
+        job: &JobRow,
         at: i64,
     ) -> Result<(), StoreError> {
         if job.status == JobStatus::WaitingSubtasks {
@@ -124,13 +124,15 @@ impl SqliteStore {
         state.status = JobStatus::Cancelled;
         state.wait = None;
         state.result = Some(reason.to_owned());
-        self.write_state(tx, &state, at, None)?;
+        let row = JobRow::of(&state).map_err(|e| self.db_error(e))?;
+        self.write_state(tx, &row, at, None)?;
         let event = JobEvent::Finished {
             status: JobStatus::Cancelled,
             detail: reason.to_owned(),
         };
-        self.append(tx, id, &[event], at)?;
-        self.after_write(tx, &state, at)?;
+        let event = EventBatch::of(&[event]).map_err(|e| self.db_error(e))?;
+        self.append(tx, id, &event, at)?;
+        self.after_write(tx, &row, at)?;
         Ok(CancelOutcome::Cancelled)
     }
 

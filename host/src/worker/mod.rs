@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 pub use spawner::StoreSpawner;
 
 use crate::engine::{CancelFlag, Engine, JobEvent, JobState, JobStatus, Observer, PieceRunResult};
-use crate::store::{ClaimedJob, JobStore, StoreError};
+use crate::store::{ClaimedJob, Handoff, JobStore, StoreError};
 
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -112,12 +112,23 @@ impl Worker {
     }
 
     async fn runner(self: Arc<Self>, owner: String, stop: CancelFlag, until_idle: bool) {
-        while !stop.is_cancelled() {
+        // A job claimed in the commit that saved the previous one. It runs even if `stop` came
+        // meanwhile, as a job claimed just before a stop does.
+        let mut next = None;
+        loop {
+            if let Some(claimed) = next.take() {
+                next = self.run_claimed(&owner, claimed, &stop).await;
+                continue;
+            }
+            if stop.is_cancelled() {
+                return;
+            }
             match self
                 .store
-                .claim_next(&owner, self.config.lease.as_millis() as i64)
+                .claim_next_async(&owner, self.config.lease.as_millis() as i64)
+                .await
             {
-                Ok(Some(claimed)) => self.run_claimed(&owner, claimed).await,
+                Ok(claimed @ Some(_)) => next = claimed,
                 Ok(None) => {
                     match self.store.expire_waits() {
                         Ok(0) => {}
@@ -146,7 +157,14 @@ impl Worker {
         }
     }
 
-    async fn run_claimed(&self, owner: &str, claimed: ClaimedJob) {
+    /// Runs and saves `claimed`; unless the worker is stopping, claims the next job in the
+    /// same commit and returns it.
+    async fn run_claimed(
+        &self,
+        owner: &str,
+        claimed: ClaimedJob,
+        stop: &CancelFlag,
+    ) -> Option<ClaimedJob> {
         let run = JobRun {
             store: self.store.clone(),
             engine: &self.engine,
@@ -154,18 +172,37 @@ impl Worker {
             lease: self.config.lease,
             wait_expiry: self.config.wait_expiry,
         };
-        let done = run
-            .finish(claimed, self.observer.clone(), CancelFlag::default())
+        let ran = run
+            .execute(claimed, self.observer.clone(), CancelFlag::default())
             .await;
+        let (done, next) = if stop.is_cancelled() {
+            let saved = self.store.save_async(&ran.state, &ran.events, owner).await;
+            (ran.saved(saved), None)
+        } else {
+            let lease_ms = self.config.lease.as_millis() as i64;
+            let handoff = self
+                .store
+                .save_and_claim_next(&ran.state, &ran.events, owner, lease_ms)
+                .await
+                .unwrap_or_else(|error| Handoff {
+                    saved: Err(error.clone()),
+                    next: Err(error),
+                });
+            let next = handoff.next.unwrap_or_else(|error| {
+                tracing::error!("cannot claim a job: {error}");
+                None
+            });
+            (ran.saved(handoff.saved), next)
+        };
         if done.saved.is_ok()
             && let Some(observer) = &self.observer
         {
             observer.on_saved(&done.state.id, done.state.status);
         }
         match &done.saved {
-            Ok(()) if done.state.status.is_final() => {
+            Ok(()) if done.state.status.is_final() && done.state.parent.is_some() => {
                 // Its parent may have become runnable.
-                self.wake.notify_waiters();
+                self.wake.notify_one();
             }
             Ok(()) => {}
             Err(StoreError::LeaseLost { .. }) => {
@@ -176,6 +213,7 @@ impl Worker {
         let mut total = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         total.runs += 1;
         total.lost_leases += u64::from(done.lease_lost);
+        next
     }
 }
 
@@ -211,6 +249,21 @@ impl JobRun<'_> {
         observer: Option<Arc<dyn Observer>>,
         cancel: CancelFlag,
     ) -> RunDone {
+        let ran = self.execute(claimed, observer, cancel).await;
+        let saved = self
+            .store
+            .save_async(&ran.state, &ran.events, self.owner)
+            .await;
+        ran.saved(saved)
+    }
+
+    /// [`JobRun::finish`] up to the save.
+    async fn execute(
+        &self,
+        claimed: ClaimedJob,
+        observer: Option<Arc<dyn Observer>>,
+        cancel: CancelFlag,
+    ) -> Ran {
         let ClaimedJob { mut state, resume } = claimed;
         let lease_lost = CancelFlag::default();
         let keeper = self.keep_lease(&state.id, cancel.clone(), lease_lost.clone());
@@ -239,13 +292,10 @@ impl JobRun<'_> {
             }
         };
         state.wait_expires_at_ms = expiry_for(&state, self.wait_expiry);
-        let saved = self.store.save(&state, &events, self.owner);
-        let lease_lost =
-            lease_lost.is_cancelled() || matches!(saved, Err(StoreError::LeaseLost { .. }));
-        RunDone {
+        Ran {
             state,
+            events,
             result,
-            saved,
             lease_lost,
         }
     }
@@ -273,6 +323,27 @@ impl JobRun<'_> {
                 }
             }
         })
+    }
+}
+
+/// A run that ended or parked, not saved yet.
+struct Ran {
+    state: JobState,
+    events: Vec<JobEvent>,
+    result: Option<PieceRunResult>,
+    lease_lost: CancelFlag,
+}
+
+impl Ran {
+    fn saved(self, saved: Result<(), StoreError>) -> RunDone {
+        let lease_lost =
+            self.lease_lost.is_cancelled() || matches!(saved, Err(StoreError::LeaseLost { .. }));
+        RunDone {
+            state: self.state,
+            result: self.result,
+            saved,
+            lease_lost,
+        }
     }
 }
 

@@ -95,7 +95,7 @@ impl StoreSpawner {
         self.store
             .create(&child)
             .map_err(|error| error.to_string())?;
-        self.wake.notify_waiters();
+        self.wake.notify_one();
         Ok(id)
     }
 }
