@@ -13,10 +13,10 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
@@ -26,6 +26,9 @@ use crate::store::StoreError;
 /// At most this many changes share a transaction, so one commit never holds the others' answers
 /// for long.
 const MAX_BATCH: usize = 256;
+
+/// How long an idle writer keeps looking for work before it sleeps.
+const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
 
 /// How often the checkpointer copies committed pages into the database file, when there were
 /// commits since its last pass.
@@ -107,6 +110,8 @@ where
 /// is queued, and both stop.
 pub(super) struct Writer {
     queue: Option<Sender<Box<dyn Change>>>,
+    /// Changes submitted whose callers have not had their answer yet.
+    unanswered: Arc<AtomicUsize>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -141,17 +146,28 @@ impl Writer {
             .map_err(spawn_failed)?;
         Ok(Self {
             queue: Some(queue),
+            unanswered: Arc::default(),
             threads: vec![writer, checkpointer],
         })
     }
 
     /// Queues `body`; `reply` gets its result once its transaction has committed (or failed).
-    pub(super) fn submit<T, B, R>(&self, db: &Db, body: B, reply: R)
+    /// Says whether the change is alone, with no other waiting for the writer: its answer then
+    /// comes within a lone commit's time.
+    pub(super) fn submit<T, B, R>(&self, db: &Db, body: B, reply: R) -> bool
     where
         T: Send + 'static,
         B: FnOnce(&Db, &Connection) -> Result<T, StoreError> + Send + 'static,
         R: FnOnce(Result<T, StoreError>) + Send + 'static,
     {
+        let alone = self.unanswered.fetch_add(1, Ordering::AcqRel) == 0;
+        // Counts the change as answered when its reply runs, or is dropped with a change that
+        // panicked.
+        let answered = Unanswered(self.unanswered.clone());
+        let reply = move |outcome| {
+            drop(answered);
+            reply(outcome);
+        };
         let change: Box<dyn Change> = Box::new(Pending { body, reply });
         let sent = match &self.queue {
             Some(queue) => queue.send(change).map_err(|unsent| unsent.0),
@@ -160,6 +176,15 @@ impl Writer {
         if let Err(change) = sent {
             change.refuse(db.change_lost());
         }
+        alone
+    }
+}
+
+struct Unanswered(Arc<AtomicUsize>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -178,7 +203,7 @@ fn write_loop(
     changes: &Receiver<Box<dyn Change>>,
     checkpoints: &Checkpoints,
 ) {
-    while let Ok(first) = changes.recv() {
+    while let Ok(first) = next_change(changes) {
         if checkpoints.finish.swap(false, Ordering::AcqRel)
             && let Err(error) = checkpoint(connection)
         {
@@ -193,6 +218,21 @@ fn write_loop(
         }
         if commit_batch(db, connection, batch) {
             checkpoints.committed.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Waits for the next change. A caller that just had its answer often sends again within
+/// microseconds, and waking a sleeping thread costs tens of them on a virtual machine: the
+/// writer looks again for a short while before it sleeps.
+fn next_change(changes: &Receiver<Box<dyn Change>>) -> Result<Box<dyn Change>, RecvError> {
+    let until = Instant::now() + SPIN_BEFORE_SLEEP;
+    loop {
+        match changes.try_recv() {
+            Ok(change) => return Ok(change),
+            Err(TryRecvError::Disconnected) => return Err(RecvError),
+            Err(TryRecvError::Empty) if Instant::now() < until => std::thread::yield_now(),
+            Err(TryRecvError::Empty) => return changes.recv(),
         }
     }
 }
