@@ -250,6 +250,19 @@ impl SqliteStore {
         self.reader.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether some job is pending or running under an expired lease. Idle runners ask often
+    /// and the answer is mostly no: a read says so without taking the write lock.
+    fn any_runnable(&self, at: i64) -> Result<bool, StoreError> {
+        self.read()
+            .row_cached(
+                "SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending') \
+                 OR EXISTS (SELECT 1 FROM jobs WHERE status = 'running' AND lease_until_ms < ?1)",
+                [at],
+                |row| row.get(0),
+            )
+            .map_err(|e| self.db.db_error(e))
+    }
+
     /// Runs `body` in the writer's transaction and waits until it has committed.
     fn write<T: Send + 'static>(
         &self,
@@ -668,12 +681,19 @@ impl JobStore for SqliteStore {
 
     fn claim_next(&self, owner: &str, lease_ms: i64) -> Result<Option<ClaimedJob>, StoreError> {
         let at = now_ms();
+        if !self.any_runnable(at)? {
+            return Ok(None);
+        }
         let owner = owner.to_owned();
         self.write(move |db, tx| db.claim_next_in(tx, &owner, lease_ms, at))
     }
 
     fn claim_next_async(&self, owner: &str, lease_ms: i64) -> StoreFuture<Option<ClaimedJob>> {
         let at = now_ms();
+        match self.any_runnable(at) {
+            Ok(true) => {}
+            nothing_or_error => return Box::pin(std::future::ready(nothing_or_error.map(|_| None))),
+        }
         let owner = owner.to_owned();
         self.write_async(move |db, tx| db.claim_next_in(tx, &owner, lease_ms, at))
     }
