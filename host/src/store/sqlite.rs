@@ -198,7 +198,7 @@ impl SqliteStore {
             .execute_batch(
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
                  PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384; \
-                 PRAGMA temp_store = MEMORY;",
+                 PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864;",
             )
             .map_err(|e| fail(e.to_string()))?;
         let version: usize = connection
@@ -692,7 +692,9 @@ impl JobStore for SqliteStore {
         let at = now_ms();
         match self.any_runnable(at) {
             Ok(true) => {}
-            nothing_or_error => return Box::pin(std::future::ready(nothing_or_error.map(|_| None))),
+            nothing_or_error => {
+                return Box::pin(std::future::ready(nothing_or_error.map(|_| None)));
+            }
         }
         let owner = owner.to_owned();
         self.write_async(move |db, tx| db.claim_next_in(tx, &owner, lease_ms, at))
