@@ -273,22 +273,14 @@ impl SqliteStore {
             let _ = reply.send(outcome);
         });
         // A lone change commits in well under a millisecond: looking again for a short while
-        // spares the caller the wake-up of a sleeping thread, which costs tens of microseconds.
-        // Behind other changes, the caller sleeps at once and leaves the processor to them.
-        let until = std::time::Instant::now() + std::time::Duration::from_micros(200);
-        while alone {
-            match result.try_recv() {
-                Ok(outcome) => return outcome,
-                Err(std::sync::mpsc::TryRecvError::Empty) if std::time::Instant::now() < until => {
-                    std::thread::yield_now()
-                }
-                Err(std::sync::mpsc::TryRecvError::Empty) => break,
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                    return Err(self.db.change_lost());
-                }
-            }
-        }
-        result.recv().unwrap_or_else(|_| Err(self.db.change_lost()))
+        // spares the caller the wake-up of a sleeping thread. Behind other changes, the caller
+        // sleeps at once and leaves the processor to them.
+        let spin = if alone {
+            writer::LONE_COMMIT_WAIT
+        } else {
+            std::time::Duration::ZERO
+        };
+        writer::recv_soon(&result, spin).unwrap_or_else(|_| Err(self.db.change_lost()))
     }
 
     /// [`Self::write`] for async callers: the calling thread is free while the change waits.

@@ -27,8 +27,12 @@ use crate::store::StoreError;
 /// for long.
 const MAX_BATCH: usize = 256;
 
-/// How long an idle writer keeps looking for work before it sleeps.
+/// How long an idle writer keeps looking for work before it sleeps: a caller that just had its
+/// answer often sends again within microseconds.
 const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
+
+/// How long a caller whose change is alone looks for its answer before it sleeps.
+pub(super) const LONE_COMMIT_WAIT: Duration = Duration::from_micros(200);
 
 /// How often the checkpointer copies committed pages into the database file, when there were
 /// commits since its last pass.
@@ -203,7 +207,7 @@ fn write_loop(
     changes: &Receiver<Box<dyn Change>>,
     checkpoints: &Checkpoints,
 ) {
-    while let Ok(first) = next_change(changes) {
+    while let Ok(first) = recv_soon(changes, SPIN_BEFORE_SLEEP) {
         if checkpoints.finish.swap(false, Ordering::AcqRel)
             && let Err(error) = checkpoint(connection)
         {
@@ -222,17 +226,16 @@ fn write_loop(
     }
 }
 
-/// Waits for the next change. A caller that just had its answer often sends again within
-/// microseconds, and waking a sleeping thread costs tens of them on a virtual machine: the
-/// writer looks again for a short while before it sleeps.
-fn next_change(changes: &Receiver<Box<dyn Change>>) -> Result<Box<dyn Change>, RecvError> {
-    let until = Instant::now() + SPIN_BEFORE_SLEEP;
+/// Receives from `channel`, looking again for up to `spin` before sleeping: waking a sleeping
+/// thread costs tens of microseconds on a virtual machine, about what a lone commit takes.
+pub(super) fn recv_soon<T>(channel: &Receiver<T>, spin: Duration) -> Result<T, RecvError> {
+    let until = Instant::now() + spin;
     loop {
-        match changes.try_recv() {
-            Ok(change) => return Ok(change),
+        match channel.try_recv() {
+            Ok(value) => return Ok(value),
             Err(TryRecvError::Disconnected) => return Err(RecvError),
             Err(TryRecvError::Empty) if Instant::now() < until => std::thread::yield_now(),
-            Err(TryRecvError::Empty) => return changes.recv(),
+            Err(TryRecvError::Empty) => return channel.recv(),
         }
     }
 }
