@@ -233,8 +233,7 @@ impl SqliteStore {
         let checkpoints =
             side_connection("PRAGMA busy_timeout = 10000;").map_err(|e| fail(e.to_string()))?;
         let db = Arc::new(Db { path: path.clone() });
-        let writer = writer::Writer::start(db.clone(), connection, checkpoints)
-            .map_err(|e| fail(e.to_string()))?;
+        let writer = writer::Writer::start(db.clone(), connection, checkpoints).map_err(fail)?;
         Ok(Self {
             db,
             reader: Mutex::new(reader),

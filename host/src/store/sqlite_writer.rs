@@ -126,11 +126,11 @@ impl Writer {
         db: Arc<Db>,
         connection: Connection,
         checkpoints: Connection,
-    ) -> rusqlite::Result<Self> {
-        connection.pragma_update(None, "wal_autocheckpoint", 0)?;
-        let spawn_failed = |e: std::io::Error| {
-            rusqlite::Error::ToSqlConversionFailure(format!("cannot start a thread: {e}").into())
-        };
+    ) -> Result<Self, String> {
+        connection
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(|e| e.to_string())?;
+        let spawn_failed = |e: std::io::Error| format!("cannot start the store's threads: {e}");
         let (queue, changes) = std::sync::mpsc::channel();
         let (checkpoint_stop, stopped) = std::sync::mpsc::channel::<()>();
         let shared = Arc::new(Checkpoints::default());
