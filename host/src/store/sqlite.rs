@@ -498,9 +498,7 @@ impl Db {
         .map_err(|e| self.db_error(e))?;
         Ok(Some(ClaimedJob { state, resume }))
     }
-}
 
-impl Db {
     /// Takes the oldest runnable job (pending, or running under an expired lease) for `owner`.
     fn claim_next_in(
         &self,
@@ -586,6 +584,11 @@ impl Db {
         run("RELEASE part")?;
         result
     }
+}
+
+/// A store call answered without the writer.
+fn ready<T: Send + 'static>(result: Result<T, StoreError>) -> StoreFuture<T> {
+    Box::pin(std::future::ready(result))
 }
 
 /// A save's row and events, serialized by the caller.
@@ -683,9 +686,7 @@ impl JobStore for SqliteStore {
         let at = now_ms();
         match self.any_runnable(at) {
             Ok(true) => {}
-            nothing_or_error => {
-                return Box::pin(std::future::ready(nothing_or_error.map(|_| None)));
-            }
+            nothing_or_error => return ready(nothing_or_error.map(|_| None)),
         }
         let owner = owner.to_owned();
         self.write_async(move |db, tx| db.claim_next_in(tx, &owner, lease_ms, at))
@@ -772,10 +773,7 @@ impl JobStore for SqliteStore {
     fn save_async(&self, job: &JobState, events: &[JobEvent], owner: &str) -> StoreFuture<()> {
         let (row, events) = match prepared_save(job, events) {
             Ok(prepared) => prepared,
-            Err(error) => {
-                let error = self.db.db_error(error);
-                return Box::pin(async move { Err(error) });
-            }
+            Err(error) => return ready(Err(self.db.db_error(error))),
         };
         let (owner, at) = (owner.to_owned(), now_ms());
         self.write_async(move |db, tx| db.save_in(tx, &row, &events, &owner, at))
