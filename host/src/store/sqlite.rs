@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{ClaimedJob, Handoff, JobStore, JobSummary, StoreError, StoreFuture, StoredEvent};
-use crate::engine::{JobEvent, JobState, JobStatus};
+use crate::engine::{JobEvent, JobState, JobStatus, WaitRequest};
 use crate::plugin::Resume;
 
 /// Schema versions, applied in order; the index + 1 is the `user_version` after each.
@@ -173,6 +173,56 @@ impl EventBatch {
     }
 }
 
+/// The part of a stored state that an answer is checked against. Reading only it spares the
+/// writer's thread the rest, the conversation above all.
+#[derive(serde::Deserialize)]
+struct StateWait {
+    wait: Option<WaitToAnswer>,
+}
+
+#[derive(serde::Deserialize)]
+struct WaitToAnswer {
+    /// As in [`crate::engine::Wait`], where it may be missing.
+    #[serde(default)]
+    id: u32,
+    request: WaitRequest,
+}
+
+/// A job's row as a claim took it. Parsing its state (about 1 KB of JSON) is left to the
+/// caller, off the writer's thread that every runner waits for.
+struct ClaimedRow {
+    id: String,
+    owner: String,
+    state: String,
+    resume: Option<String>,
+}
+
+impl ClaimedRow {
+    fn parse(&self, db: &Db) -> Result<ClaimedJob, StoreError> {
+        let state = serde_json::from_str(&self.state).map_err(|e| db.corrupt(&self.id, e))?;
+        let resume = self
+            .resume
+            .as_deref()
+            .map(serde_json::from_str::<Resume>)
+            .transpose()
+            .map_err(|e| db.corrupt(&self.id, e))?;
+        Ok(ClaimedJob { state, resume })
+    }
+
+    /// The change that takes an unreadable job out of the runnable ones, as `error`: it would
+    /// otherwise be offered to every runner for ever. Its text stays in the file for a human.
+    fn set_aside(
+        &self,
+        error: StoreError,
+    ) -> impl FnOnce(&Db, &Connection) -> Result<(), StoreError> + Send + 'static {
+        let (id, owner, at) = (self.id.clone(), self.owner.clone(), now_ms());
+        move |db, tx| {
+            tracing::error!("{error}; the job is marked as error");
+            db.set_aside(tx, &id, Some(&owner), at)
+        }
+    }
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -268,7 +318,7 @@ impl SqliteStore {
         body: impl FnOnce(&Db, &Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (reply, result) = std::sync::mpsc::sync_channel(1);
-        let alone = self.writer.submit(&self.db, body, move |outcome| {
+        let alone = self.writer.queue().submit(&self.db, body, move |outcome| {
             let _ = reply.send(outcome);
         });
         // A lone change commits in well under a millisecond: looking again for a short while
@@ -287,12 +337,26 @@ impl SqliteStore {
         &self,
         body: impl FnOnce(&Db, &Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> StoreFuture<T> {
-        let (reply, result) = tokio::sync::oneshot::channel();
-        self.writer.submit(&self.db, body, move |outcome| {
-            let _ = reply.send(outcome);
-        });
-        let db = self.db.clone();
-        Box::pin(async move { result.await.unwrap_or_else(|_| Err(db.change_lost())) })
+        Box::pin(queue_change(self.writer.queue(), &self.db, body))
+    }
+
+    /// The job a claim took, parsed here rather than on the writer's thread. Unreadable, it is
+    /// set aside (see [`ClaimedRow::set_aside`]) and the claim fails with why.
+    fn parse_claimed(&self, claimed: Option<ClaimedRow>) -> Result<Option<ClaimedJob>, StoreError> {
+        let Some(row) = claimed else { return Ok(None) };
+        row.parse(&self.db).map(Some).or_else(|error| {
+            self.write(row.set_aside(error.clone()))?;
+            Err(error)
+        })
+    }
+
+    /// [`Self::parse_claimed`] for async callers: what the returned parser needs to set an
+    /// unreadable row aside.
+    fn claim_parser(&self) -> ClaimParser {
+        ClaimParser {
+            queue: self.writer.queue().clone(),
+            db: self.db.clone(),
+        }
     }
 
     /// The summary rows that `filter` (a WHERE clause with its ORDER and LIMIT) selects.
@@ -372,6 +436,17 @@ impl Db {
         tx: &rusqlite::Connection,
         id: &str,
     ) -> Result<(JobStatus, JobState, Option<String>, Option<i64>), StoreError> {
+        let (status, state, pending, lease_until) = self.row_text(tx, id)?;
+        let state: JobState = serde_json::from_str(&state).map_err(|e| self.corrupt(id, e))?;
+        Ok((status, state, pending, lease_until))
+    }
+
+    /// [`Self::row`] with the state as stored.
+    fn row_text(
+        &self,
+        tx: &rusqlite::Connection,
+        id: &str,
+    ) -> Result<(JobStatus, String, Option<String>, Option<i64>), StoreError> {
         let row = tx
             .row_cached(
                 "SELECT status, state, pending_resume, lease_until_ms FROM jobs WHERE id = ?1",
@@ -390,8 +465,7 @@ impl Db {
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
         let status = JobStatus::parse(&row.0)
             .ok_or_else(|| self.corrupt(id, format!("unknown status `{}`", row.0)))?;
-        let state: JobState = serde_json::from_str(&row.1).map_err(|e| self.corrupt(id, e))?;
-        Ok((status, state, row.2, row.3))
+        Ok((status, row.1, row.2, row.3))
     }
 
     fn append(
@@ -478,25 +552,26 @@ impl Db {
         owner: &str,
         lease_ms: i64,
         at: i64,
-    ) -> Result<Option<ClaimedJob>, StoreError> {
-        let (status, state, pending, lease_until) = self.row(tx, id)?;
+    ) -> Result<Option<ClaimedRow>, StoreError> {
+        let (status, state, resume, lease_until) = self.row_text(tx, id)?;
         let lease_expired = lease_until.is_none_or(|until| until < at);
         let runnable =
             status == JobStatus::Pending || (status == JobStatus::Running && lease_expired);
         if !runnable {
             return Ok(None);
         }
-        let resume = pending
-            .map(|text| serde_json::from_str::<Resume>(&text))
-            .transpose()
-            .map_err(|e| self.corrupt(id, e))?;
         tx.exec_cached(
             "UPDATE jobs SET status = 'running', lease_owner = ?2, lease_until_ms = ?3, \
              updated_at_ms = ?4 WHERE id = ?1",
             params![id, owner, at + lease_ms, at],
         )
         .map_err(|e| self.db_error(e))?;
-        Ok(Some(ClaimedJob { state, resume }))
+        Ok(Some(ClaimedRow {
+            id: id.to_owned(),
+            owner: owner.to_owned(),
+            state,
+            resume,
+        }))
     }
 
     /// Takes the oldest runnable job (pending, or running under an expired lease) for `owner`.
@@ -506,7 +581,7 @@ impl Db {
         owner: &str,
         lease_ms: i64,
         at: i64,
-    ) -> Result<Option<ClaimedJob>, StoreError> {
+    ) -> Result<Option<ClaimedRow>, StoreError> {
         // Two indexed look-ups rather than one query with OR, which would scan every row:
         // a store holds many parked jobs and few runnable ones.
         let mut next: Option<String> = tx
@@ -533,20 +608,31 @@ impl Db {
             return Ok(None);
         };
         match self.claim_in(tx, &id, owner, lease_ms, at) {
-            // A row nobody can read would be offered to every runner for ever: it is set
-            // aside as `error` (its text stays in the file for a human to see).
+            // An unknown status: see `ClaimedRow::set_aside`.
             Err(error @ StoreError::Corrupt { .. }) => {
                 tracing::error!("{error}; the job is marked as error");
-                tx.exec_cached(
-                    "UPDATE jobs SET status = 'error', lease_owner = NULL, \
-                     lease_until_ms = NULL, updated_at_ms = ?2 WHERE id = ?1",
-                    params![id, at],
-                )
-                .map_err(|e| self.db_error(e))?;
+                self.set_aside(tx, &id, None, at)?;
                 Ok(None)
             }
             other => other,
         }
+    }
+
+    /// Marks `id` as `error`; with `owner`, only while `owner` holds its lease.
+    fn set_aside(
+        &self,
+        tx: &Connection,
+        id: &str,
+        owner: Option<&str>,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        tx.exec_cached(
+            "UPDATE jobs SET status = 'error', lease_owner = NULL, lease_until_ms = NULL, \
+             updated_at_ms = ?2 WHERE id = ?1 AND (?3 IS NULL OR lease_owner = ?3)",
+            params![id, at, owner],
+        )
+        .map_err(|e| self.db_error(e))?;
+        Ok(())
     }
 
     /// Writes `job` and its events while `owner` holds its lease.
@@ -583,6 +669,50 @@ impl Db {
         }
         run("RELEASE part")?;
         result
+    }
+}
+
+/// Queues `body` for the writer; the calling thread is free while the change waits.
+fn queue_change<T: Send + 'static>(
+    queue: &writer::Queue,
+    db: &Arc<Db>,
+    body: impl FnOnce(&Db, &Connection) -> Result<T, StoreError> + Send + 'static,
+) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
+    let (reply, result) = tokio::sync::oneshot::channel();
+    queue.submit(db, body, move |outcome| {
+        let _ = reply.send(outcome);
+    });
+    let db = db.clone();
+    async move { result.await.unwrap_or_else(|_| Err(db.change_lost())) }
+}
+
+/// [`SqliteStore::parse_claimed`] inside a future.
+struct ClaimParser {
+    queue: writer::Queue,
+    db: Arc<Db>,
+}
+
+impl ClaimParser {
+    async fn parse(self, claimed: Option<ClaimedRow>) -> Result<Option<ClaimedJob>, StoreError> {
+        let Some(row) = claimed else { return Ok(None) };
+        match row.parse(&self.db) {
+            Ok(job) => Ok(Some(job)),
+            Err(error) => {
+                queue_change(&self.queue, &self.db, row.set_aside(error.clone())).await?;
+                Err(error)
+            }
+        }
+    }
+}
+
+/// A claim of the next job fails only for the store as a whole: an unreadable row was set
+/// aside, and the runner asks again.
+fn unreadable_is_none(
+    claimed: Result<Option<ClaimedJob>, StoreError>,
+) -> Result<Option<ClaimedJob>, StoreError> {
+    match claimed {
+        Err(StoreError::Corrupt { .. }) => Ok(None),
+        other => other,
     }
 }
 
@@ -629,7 +759,7 @@ impl JobStore for SqliteStore {
         let at = now_ms();
         let (id, resume) = (id.to_owned(), resume.clone());
         self.write(move |db, tx| {
-            let (status, state, pending, _) = db.row(tx, &id)?;
+            let (status, state, pending, _) = db.row_text(tx, &id)?;
             if !status.is_waiting() {
                 return Err(StoreError::NotWaiting {
                     job: id,
@@ -641,9 +771,9 @@ impl JobStore for SqliteStore {
                     },
                 });
             }
+            let state: StateWait = serde_json::from_str(&state).map_err(|e| db.corrupt(&id, e))?;
             let wait = state
                 .wait
-                .as_ref()
                 .ok_or_else(|| db.corrupt(&id, "the job waits but has no wait record"))?;
             if let Some(given) = expected.filter(|given| *given != wait.id) {
                 return Err(StoreError::StaleAnswer {
@@ -670,7 +800,8 @@ impl JobStore for SqliteStore {
     ) -> Result<Option<ClaimedJob>, StoreError> {
         let at = now_ms();
         let (id, owner) = (id.to_owned(), owner.to_owned());
-        self.write(move |db, tx| db.claim_in(tx, &id, &owner, lease_ms, at))
+        let claimed = self.write(move |db, tx| db.claim_in(tx, &id, &owner, lease_ms, at))?;
+        self.parse_claimed(claimed)
     }
 
     fn claim_next(&self, owner: &str, lease_ms: i64) -> Result<Option<ClaimedJob>, StoreError> {
@@ -679,7 +810,8 @@ impl JobStore for SqliteStore {
             return Ok(None);
         }
         let owner = owner.to_owned();
-        self.write(move |db, tx| db.claim_next_in(tx, &owner, lease_ms, at))
+        let claimed = self.write(move |db, tx| db.claim_next_in(tx, &owner, lease_ms, at))?;
+        unreadable_is_none(self.parse_claimed(claimed))
     }
 
     fn claim_next_async(&self, owner: &str, lease_ms: i64) -> StoreFuture<Option<ClaimedJob>> {
@@ -689,7 +821,11 @@ impl JobStore for SqliteStore {
             nothing_or_error => return ready(nothing_or_error.map(|_| None)),
         }
         let owner = owner.to_owned();
-        self.write_async(move |db, tx| db.claim_next_in(tx, &owner, lease_ms, at))
+        let claimed = queue_change(self.writer.queue(), &self.db, move |db, tx| {
+            db.claim_next_in(tx, &owner, lease_ms, at)
+        });
+        let parser = self.claim_parser();
+        Box::pin(async move { unreadable_is_none(parser.parse(claimed.await?).await) })
     }
 
     fn expire_waits(&self) -> Result<usize, StoreError> {
@@ -788,11 +924,19 @@ impl JobStore for SqliteStore {
     ) -> StoreFuture<Handoff> {
         let prepared = prepared_save(job, events).map_err(|e| self.db.db_error(e));
         let (owner, at) = (owner.to_owned(), now_ms());
-        self.write_async(move |db, tx| {
+        let handed = queue_change(self.writer.queue(), &self.db, move |db, tx| {
             let saved = prepared.and_then(|(row, events)| {
                 db.undone_on_error(tx, || db.save_in(tx, &row, &events, &owner, at))
             });
-            let next = db.claim_next_in(tx, &owner, lease_ms, at);
+            Ok((saved, db.claim_next_in(tx, &owner, lease_ms, at)))
+        });
+        let parser = self.claim_parser();
+        Box::pin(async move {
+            let (saved, next) = handed.await?;
+            let next = match next {
+                Ok(claimed) => unreadable_is_none(parser.parse(claimed).await),
+                Err(error) => Err(error),
+            };
             Ok(Handoff { saved, next })
         })
     }

@@ -252,12 +252,55 @@ fn an_unreadable_job_is_set_aside_instead_of_offered_for_ever() {
     assert_eq!(next.state.id, "fine");
 }
 
+/// The state is parsed by the caller after the claim committed, so an unreadable one is set
+/// aside by a second change: on every path that claims.
+#[test]
+fn every_claim_sets_an_unreadable_job_aside() {
+    let (dir, store) = store();
+    for id in ["by-id", "async", "handoff", "fine"] {
+        store.create(&job(id)).unwrap();
+    }
+    store.claim("fine", "other", 60_000).unwrap().unwrap();
+    let connection = rusqlite::Connection::open(dir.path().join("nested/jobs.db")).unwrap();
+    connection
+        .execute("UPDATE jobs SET state = '{not json' WHERE id <> 'fine'", [])
+        .unwrap();
+    drop(connection);
+    let status = |id: &str| store.summary(id).unwrap().status;
+
+    let refused = store.claim("by-id", "r", 60_000).unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::Corrupt { job, .. } if job == "by-id"),
+        "{refused}"
+    );
+    assert_eq!(status("by-id"), JobStatus::Error);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let claimed = runtime
+        .block_on(store.claim_next_async("r", 60_000))
+        .unwrap();
+    assert!(claimed.is_none());
+    assert_eq!(status("async"), JobStatus::Error);
+
+    let (mut fine, _) = store.load("fine").unwrap();
+    fine.status = JobStatus::Running;
+    let handoff = runtime
+        .block_on(store.save_and_claim_next(&fine, &[], "other", 60_000))
+        .unwrap();
+    handoff.saved.unwrap();
+    assert!(handoff.next.unwrap().is_none());
+    assert_eq!(status("handoff"), JobStatus::Error);
+    assert_eq!(status("fine"), JobStatus::Running, "the save stood");
+}
+
 /// Holds the writer inside a change until the returned sender is dropped, so that the changes
 /// queued meanwhile share its next transaction.
 fn hold_writer(store: &SqliteStore) -> std::sync::mpsc::Sender<()> {
     let (release, held) = std::sync::mpsc::channel::<()>();
     let (holding, started) = std::sync::mpsc::channel();
-    store.writer.submit(
+    store.writer.queue().submit(
         &store.db,
         move |_, _| {
             holding.send(()).unwrap();

@@ -110,13 +110,28 @@ where
     }
 }
 
+/// What the writer receives.
+enum Message {
+    Change(Box<dyn Change>),
+    /// Commit what came before, then stop: changes sent later are dropped, and their callers
+    /// hear that the writer dropped them.
+    Stop,
+}
+
 /// The handle on the writer and checkpointer threads; dropping it lets the writer commit what
 /// is queued, and both stop.
 pub(super) struct Writer {
-    queue: Option<Sender<Box<dyn Change>>>,
+    queue: Queue,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// Where changes wait for the writer. Cheap to clone: a store call that must write again after
+/// its first change committed (a claim of an unreadable row) holds one.
+#[derive(Clone)]
+pub(super) struct Queue {
+    sender: Sender<Message>,
     /// Changes submitted whose callers have not had their answer yet.
     unanswered: Arc<AtomicUsize>,
-    threads: Vec<JoinHandle<()>>,
 }
 
 impl Writer {
@@ -131,7 +146,7 @@ impl Writer {
             .pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(|e| e.to_string())?;
         let spawn_failed = |e: std::io::Error| format!("cannot start the store's threads: {e}");
-        let (queue, changes) = std::sync::mpsc::channel();
+        let (queue, messages) = std::sync::mpsc::channel();
         let (checkpoint_stop, stopped) = std::sync::mpsc::channel::<()>();
         let shared = Arc::new(Checkpoints::default());
         let checkpointer = {
@@ -144,17 +159,25 @@ impl Writer {
         let writer = std::thread::Builder::new()
             .name("maestro-store-writer".into())
             .spawn(move || {
-                write_loop(&db, &connection, &changes, &shared);
+                write_loop(&db, &connection, &messages, &shared);
                 drop(checkpoint_stop);
             })
             .map_err(spawn_failed)?;
         Ok(Self {
-            queue: Some(queue),
-            unanswered: Arc::default(),
+            queue: Queue {
+                sender: queue,
+                unanswered: Arc::default(),
+            },
             threads: vec![writer, checkpointer],
         })
     }
 
+    pub(super) fn queue(&self) -> &Queue {
+        &self.queue
+    }
+}
+
+impl Queue {
     /// Queues `body`; `reply` gets its result once its transaction has committed (or failed).
     /// Says whether the change is alone, with no other waiting for the writer: its answer then
     /// comes within a lone commit's time.
@@ -173,11 +196,9 @@ impl Writer {
             reply(outcome);
         };
         let change: Box<dyn Change> = Box::new(Pending { body, reply });
-        let sent = match &self.queue {
-            Some(queue) => queue.send(change).map_err(|unsent| unsent.0),
-            None => Err(change),
-        };
-        if let Err(change) = sent {
+        if let Err(unsent) = self.sender.send(Message::Change(change))
+            && let Message::Change(change) = unsent.0
+        {
             change.refuse(db.change_lost());
         }
         alone
@@ -194,7 +215,7 @@ impl Drop for Unanswered {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        drop(self.queue.take());
+        let _ = self.queue.sender.send(Message::Stop);
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -204,10 +225,11 @@ impl Drop for Writer {
 fn write_loop(
     db: &Db,
     connection: &Connection,
-    changes: &Receiver<Box<dyn Change>>,
+    messages: &Receiver<Message>,
     checkpoints: &Checkpoints,
 ) {
-    while let Ok(first) = recv_soon(changes, SPIN_BEFORE_SLEEP) {
+    let mut stopping = false;
+    while !stopping && let Ok(Message::Change(first)) = recv_soon(messages, SPIN_BEFORE_SLEEP) {
         if checkpoints.finish.swap(false, Ordering::AcqRel)
             && let Err(error) = checkpoint(connection)
         {
@@ -215,8 +237,12 @@ fn write_loop(
         }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
-            match changes.try_recv() {
-                Ok(change) => batch.push(change),
+            match messages.try_recv() {
+                Ok(Message::Change(change)) => batch.push(change),
+                Ok(Message::Stop) => {
+                    stopping = true;
+                    break;
+                }
                 Err(_) => break,
             }
         }
