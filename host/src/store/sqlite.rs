@@ -216,10 +216,7 @@ impl ClaimedRow {
         error: StoreError,
     ) -> impl FnOnce(&Db, &Connection) -> Result<(), StoreError> + Send + 'static {
         let (id, owner, at) = (self.id.clone(), self.owner.clone(), now_ms());
-        move |db, tx| {
-            tracing::error!("{error}; the job is marked as error");
-            db.set_aside(tx, &id, Some(&owner), at)
-        }
+        move |db, tx| db.set_aside(tx, &id, Some(&owner), at, &error)
     }
 }
 
@@ -610,22 +607,23 @@ impl Db {
         match self.claim_in(tx, &id, owner, lease_ms, at) {
             // An unknown status: see `ClaimedRow::set_aside`.
             Err(error @ StoreError::Corrupt { .. }) => {
-                tracing::error!("{error}; the job is marked as error");
-                self.set_aside(tx, &id, None, at)?;
+                self.set_aside(tx, &id, None, at, &error)?;
                 Ok(None)
             }
             other => other,
         }
     }
 
-    /// Marks `id` as `error`; with `owner`, only while `owner` holds its lease.
+    /// Marks `id` as `error` because of `why`; with `owner`, only while `owner` holds its lease.
     fn set_aside(
         &self,
         tx: &Connection,
         id: &str,
         owner: Option<&str>,
         at: i64,
+        why: &StoreError,
     ) -> Result<(), StoreError> {
+        tracing::error!("{why}; the job is marked as error");
         tx.exec_cached(
             "UPDATE jobs SET status = 'error', lease_owner = NULL, lease_until_ms = NULL, \
              updated_at_ms = ?2 WHERE id = ?1 AND (?3 IS NULL OR lease_owner = ?3)",
