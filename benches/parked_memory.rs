@@ -2,7 +2,7 @@
 //! parks 100,000 jobs in a store, then runs a worker over that store, and prints the worker's
 //! resident memory after 10,000 and after 100,000 parked jobs, and what the store file holds.
 //! A parked job is a row: what the worker's memory grows by is SQLite's page caches (the
-//! store's writer and reader connections, 16 MiB each at most), not the number of parked jobs.
+//! store's writer and reader connections, 2 and 16 MiB at most), not the number of parked jobs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
