@@ -68,6 +68,7 @@ DROP TABLE events;
 mod tree;
 #[path = "sqlite_writer.rs"]
 mod writer;
+use writer::Tx;
 
 /// Every statement through SQLite's prepared-statement cache: parsing SQL anew for each call
 /// was a large share of a park/resume cycle.
@@ -214,7 +215,7 @@ impl ClaimedRow {
     fn set_aside(
         &self,
         error: StoreError,
-    ) -> impl FnOnce(&Db, &Connection) -> Result<(), StoreError> + Send + 'static {
+    ) -> impl FnMut(&Db, &Tx<'_>) -> Result<(), StoreError> + Send + 'static {
         let (id, owner, at) = (self.id.clone(), self.owner.clone(), now_ms());
         move |db, tx| db.set_aside(tx, &id, Some(&owner), at, &error)
     }
@@ -316,7 +317,7 @@ impl SqliteStore {
     /// Runs `body` in the writer's transaction and waits until it has committed.
     fn write<T: Send + 'static>(
         &self,
-        body: impl FnOnce(&Db, &Connection) -> Result<T, StoreError> + Send + 'static,
+        body: impl FnMut(&Db, &Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (reply, result) = std::sync::mpsc::sync_channel(1);
         let alone = self.writer.queue().submit(&self.db, body, move |outcome| {
@@ -336,7 +337,7 @@ impl SqliteStore {
     /// [`Self::write`] for async callers: the calling thread is free while the change waits.
     fn write_async<T: Send + 'static>(
         &self,
-        body: impl FnOnce(&Db, &Connection) -> Result<T, StoreError> + Send + 'static,
+        body: impl FnMut(&Db, &Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> StoreFuture<T> {
         Box::pin(queue_change(self.writer.queue(), &self.db, body))
     }
@@ -656,29 +657,13 @@ impl Db {
         self.append(tx, &job.id, events, at)?;
         self.after_write(tx, job, at)
     }
-
-    /// Runs `body` in a savepoint of the open transaction, undone if it fails.
-    fn undone_on_error<T>(
-        &self,
-        tx: &Connection,
-        body: impl FnOnce() -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let run = |sql: &str| tx.exec_cached(sql, []).map_err(|e| self.db_error(e));
-        run("SAVEPOINT part")?;
-        let result = body();
-        if result.is_err() {
-            run("ROLLBACK TO part")?;
-        }
-        run("RELEASE part")?;
-        result
-    }
 }
 
 /// Queues `body` for the writer; the calling thread is free while the change waits.
 fn queue_change<T: Send + 'static>(
     queue: &writer::Queue,
     db: &Arc<Db>,
-    body: impl FnOnce(&Db, &Connection) -> Result<T, StoreError> + Send + 'static,
+    body: impl FnMut(&Db, &Tx<'_>) -> Result<T, StoreError> + Send + 'static,
 ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
     let (reply, result) = tokio::sync::oneshot::channel();
     queue.submit(db, body, move |outcome| {
@@ -764,7 +749,7 @@ impl JobStore for SqliteStore {
             let (status, state, pending, _) = db.row_text(tx, &id)?;
             if !status.is_waiting() {
                 return Err(StoreError::NotWaiting {
-                    job: id,
+                    job: id.clone(),
                     status,
                     hint: if pending.is_some() {
                         " (it was already answered)"
@@ -779,7 +764,7 @@ impl JobStore for SqliteStore {
                 .ok_or_else(|| db.corrupt(&id, "the job waits but has no wait record"))?;
             if let Some(given) = expected.filter(|given| *given != wait.id) {
                 return Err(StoreError::StaleAnswer {
-                    job: id,
+                    job: id.clone(),
                     given,
                     current: wait.id,
                 });
@@ -898,7 +883,10 @@ impl JobStore for SqliteStore {
                 )
                 .optional()
                 .map_err(|e| db.db_error(e))?;
-            cancel_requested.ok_or(StoreError::LeaseLost { job: id, owner })
+            cancel_requested.ok_or_else(|| StoreError::LeaseLost {
+                job: id.clone(),
+                owner: owner.clone(),
+            })
         })
     }
 
@@ -927,9 +915,12 @@ impl JobStore for SqliteStore {
         let prepared = prepared_save(job, events).map_err(|e| self.db.db_error(e));
         let (owner, at) = (owner.to_owned(), now_ms());
         let handed = queue_change(self.writer.queue(), &self.db, move |db, tx| {
-            let saved = prepared.and_then(|(row, events)| {
-                db.undone_on_error(tx, || db.save_in(tx, &row, &events, &owner, at))
-            });
+            let saved = match &prepared {
+                Ok((row, events)) => {
+                    tx.undone_on_error(db, || db.save_in(tx, row, events, &owner, at))
+                }
+                Err(error) => Err(error.clone()),
+            };
             Ok((saved, db.claim_next_in(tx, &owner, lease_ms, at)))
         });
         let parser = self.claim_parser();

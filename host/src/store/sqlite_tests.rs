@@ -348,13 +348,7 @@ fn changes_queued_together_commit_together_and_a_failed_one_leaves_no_trace() {
         insert_then(&store, "kept-2", None),
     ];
     drop(release);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let results: Vec<_> = queued
-        .into_iter()
-        .map(|change| runtime.block_on(change))
-        .collect();
+    let results = results(queued);
     assert!(results[0].is_ok() && results[3].is_ok(), "{results:?}");
     assert!(
         matches!(&results[1], Err(StoreError::WrongAnswer { message, .. }) if message == "no"),
@@ -362,16 +356,91 @@ fn changes_queued_together_commit_together_and_a_failed_one_leaves_no_trace() {
     );
     let lost = results[2].as_ref().unwrap_err().to_string();
     assert!(lost.contains("dropped the change"), "{lost}");
-    let ids: Vec<_> = store
-        .list(None, 10)
+    assert_eq!(job_ids(&store), ["kept-1", "kept-2"]);
+    // The writer lives on after a panic.
+    store.create(&job("after")).unwrap();
+}
+
+/// The ids of every job in `store`, sorted.
+fn job_ids(store: &SqliteStore) -> Vec<String> {
+    let mut ids: Vec<_> = store
+        .list(None, 100)
         .unwrap()
         .into_iter()
         .map(|job| job.id)
         .collect();
-    assert_eq!(ids.len(), 2, "{ids:?}");
-    assert!(ids.contains(&"kept-1".into()) && ids.contains(&"kept-2".into()));
-    // The writer lives on after a panic.
-    store.create(&job("after")).unwrap();
+    ids.sort();
+    ids
+}
+
+/// Runs the changes to their ends, in order.
+fn results<T>(queued: impl IntoIterator<Item = StoreFuture<T>>) -> Vec<Result<T, StoreError>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    queued
+        .into_iter()
+        .map(|change| runtime.block_on(change))
+        .collect()
+}
+
+#[test]
+fn a_change_that_panics_first_in_its_batch_leaves_the_others_standing() {
+    let (_dir, store) = store();
+    let release = hold_writer(&store);
+    let queued = [
+        insert_then(&store, "panicked", Some("panic")),
+        insert_then(&store, "kept-1", None),
+        // Refused before writing anything.
+        store.write_async(|_, _| {
+            Err(StoreError::WrongAnswer {
+                job: "checked".into(),
+                message: "no".into(),
+            })
+        }),
+        insert_then(&store, "kept-2", None),
+    ];
+    drop(release);
+    let results = results(queued);
+    let lost = results[0].as_ref().unwrap_err().to_string();
+    assert!(lost.contains("dropped the change"), "{lost}");
+    assert!(results[1].is_ok() && results[3].is_ok(), "{results:?}");
+    assert!(
+        matches!(&results[2], Err(StoreError::WrongAnswer { job, .. }) if job == "checked"),
+        "{results:?}"
+    );
+    assert_eq!(job_ids(&store), ["kept-1", "kept-2"]);
+}
+
+#[test]
+fn a_part_that_fails_after_writing_is_undone_while_its_change_stands() {
+    let (_dir, store) = store();
+    let insert = |tx: &Tx<'_>, db: &Db, id: &str| {
+        tx.exec_cached(
+            "INSERT INTO jobs (id, piece, status, movement, state, created_at_ms, updated_at_ms) \
+             VALUES (?1, 'chat', 'pending', 'chat', '{}', 0, 0)",
+            [id],
+        )
+        .map(drop)
+        .map_err(|e| db.db_error(e))
+    };
+    let release = hold_writer(&store);
+    let queued = [
+        insert_then(&store, "before", None),
+        store.write_async(move |db, tx| {
+            let part = tx.undone_on_error(db, || {
+                insert(tx, db, "part")?;
+                Err::<(), _>(StoreError::NotFound("part".into()))
+            });
+            assert!(matches!(part, Err(StoreError::NotFound(_))), "{part:?}");
+            insert(tx, db, "whole")
+        }),
+        insert_then(&store, "after", None),
+    ];
+    drop(release);
+    let results = results(queued);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(job_ids(&store), ["after", "before", "whole"]);
 }
 
 #[test]
