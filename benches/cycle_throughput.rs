@@ -9,12 +9,16 @@
 //!
 //! The worker's runners share the store's one writer, which commits whatever changes are queued
 //! in one transaction, so throughput grows with the runners in flight. Also measured: the
-//! processor time of the whole process per cycle (two cores' worth is the ceiling here), and the
-//! bytes written per cycle (WAL frames and checkpoints), both from `/proc/self`.
+//! processor time of the whole process per cycle (two cores' worth is the ceiling here), the share
+//! of it spent by the store's writer thread (one core's worth is its ceiling: every change passes
+//! through it), and the bytes written per cycle (WAL frames and checkpoints), all from
+//! `/proc/self`.
 //!
 //! `cargo bench -p maestro-benches --bench cycle_throughput`; `CYCLE_RUNNERS=16` measures one
-//! worker size only (for a profiler).
+//! worker size only (for a profiler); `CYCLE_THREADS=1` also prints each round's processor time
+//! per cycle by thread name.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -72,8 +76,13 @@ struct Round {
     elapsed: Duration,
     /// Processor time of the whole process (every thread, user and system) per cycle.
     cpu_per_cycle: Duration,
+    /// The part of `cpu_per_cycle` spent on the store's writer thread.
+    writer_per_cycle: Duration,
     written_per_cycle: u64,
 }
+
+/// The store's writer thread, as `/proc` names it (15 bytes at most).
+const WRITER_THREAD: &str = "maestro-store-w";
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -94,8 +103,11 @@ fn main() {
         Err(_) => vec![1, 4, 16, 64],
     };
     println!("{JOBS} cycles per round, {ROUNDS} rounds per size: medians, with the rounds' range");
-    println!("| runners | cycles/s | per cycle | processor time per cycle | written per cycle |");
-    println!("|---:|---:|---:|---:|---:|");
+    println!(
+        "| runners | cycles/s | per cycle | processor time per cycle | of which the store's writer \
+         | written per cycle |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
     for runners in sizes {
         let rounds: Vec<Round> = (0..ROUNDS)
             .map(|_| measure(&rt, &engine, runners))
@@ -107,15 +119,17 @@ fn main() {
         rates.sort_by(f64::total_cmp);
         let mut per_cycle: Vec<Duration> = rounds.iter().map(|r| r.elapsed / JOBS as u32).collect();
         let mut cpu: Vec<Duration> = rounds.iter().map(|r| r.cpu_per_cycle).collect();
+        let mut writer: Vec<Duration> = rounds.iter().map(|r| r.writer_per_cycle).collect();
         let mut written: Vec<u64> = rounds.iter().map(|r| r.written_per_cycle).collect();
         written.sort();
         println!(
-            "| {runners} | {:.0} ({:.0}–{:.0}) | {:.0} µs | {:.0} µs | {:.1} KB |",
+            "| {runners} | {:.0} ({:.0}–{:.0}) | {:.0} µs | {:.0} µs | {:.0} µs | {:.1} KB |",
             rates[ROUNDS / 2],
             rates[0],
             rates[ROUNDS - 1],
             median(&mut per_cycle).as_secs_f64() * 1e6,
             median(&mut cpu).as_secs_f64() * 1e6,
+            median(&mut writer).as_secs_f64() * 1e6,
             written[ROUNDS / 2] as f64 / 1024.0,
         );
     }
@@ -162,11 +176,32 @@ fn measure(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, runners: usize) -
         })
         .collect();
     let written_before = bytes_written();
+    let threads_before = cpu_by_thread();
     let cpu_before = cpu_time();
     let started = Instant::now();
     rt.block_on(worker.run(stop, false));
     let elapsed = started.elapsed();
     let cpu = cpu_time() - cpu_before;
+    // Threads of this round only: the store's threads start and end with it.
+    let mut by_name = BTreeMap::<String, Duration>::new();
+    for (tid, (name, used)) in cpu_by_thread() {
+        let before = threads_before
+            .get(&tid)
+            .map_or(Duration::ZERO, |(_, used)| *used);
+        *by_name.entry(name).or_default() += used - before;
+    }
+    if std::env::var_os("CYCLE_THREADS").is_some() {
+        let shares: Vec<String> = by_name
+            .iter()
+            .map(|(name, used)| {
+                format!("{name} {:.0} µs", (*used / JOBS as u32).as_secs_f64() * 1e6)
+            })
+            .collect();
+        eprintln!(
+            "{runners} runners, processor time per cycle: {}",
+            shares.join(", ")
+        );
+    }
     let written = bytes_written() - written_before;
     drop(worker);
     drop(bench.parked.lock().unwrap().take());
@@ -178,6 +213,7 @@ fn measure(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, runners: usize) -
     Round {
         elapsed,
         cpu_per_cycle: cpu / JOBS as u32,
+        writer_per_cycle: by_name.get(WRITER_THREAD).copied().unwrap_or_default() / JOBS as u32,
         written_per_cycle: written / JOBS as u64,
     }
 }
@@ -198,6 +234,27 @@ fn answer_all(store: &dyn JobStore, to_answer: &Mutex<Receiver<String>>, wake: &
 /// 10 ms: a round uses thousands).
 fn cpu_time() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    stat_cpu_time(&stat)
+}
+
+/// Processor time used so far by each live thread of this process, by thread id, with the
+/// thread's name.
+fn cpu_by_thread() -> HashMap<String, (String, Duration)> {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
+    tasks
+        .filter_map(|task| {
+            let task = task.ok()?;
+            // A thread that ended meanwhile has no stat to read.
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let name = &stat[stat.find('(')? + 1..stat.rfind(')')?];
+            let id = task.file_name().to_string_lossy().into_owned();
+            Some((id, (name.to_owned(), stat_cpu_time(&stat))))
+        })
+        .collect()
+}
+
+/// User plus system time from a `/proc/…/stat` line.
+fn stat_cpu_time(stat: &str) -> Duration {
     // The fields after the command name, which is in parentheses and may hold spaces.
     let fields: Vec<&str> = stat[stat.rfind(')').expect("stat") + 2..]
         .split(' ')
