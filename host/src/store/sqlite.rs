@@ -3,8 +3,10 @@
 //! Invariant: every change runs inside an `IMMEDIATE` transaction of the store's one writer
 //! thread (`sqlite_writer.rs`), so two processes on the same file see each change whole or not
 //! at all, and a check-then-write (answer, claim, cancel) cannot interleave with another.
-//! Changes queued together share a transaction, each in its own savepoint. Reads go through a
-//! separate read-only connection and see only committed changes.
+//! Changes queued together share a transaction, and a refused one leaves no trace: a change
+//! checks before it writes, and one that fails after writing makes the writer replay its batch
+//! with savepoints. Reads go through a separate read-only connection and see only committed
+//! changes.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
