@@ -219,7 +219,7 @@ impl ClaimedRow {
         error: StoreError,
     ) -> impl FnMut(&Db, &Tx<'_>) -> Result<(), StoreError> + Send + 'static {
         let (id, owner, at) = (self.id.clone(), self.owner.clone(), now_ms());
-        move |db, tx| db.set_aside(tx, &id, Some(&owner), at, &error)
+        move |db, tx| db.set_aside(tx, &id, &owner, at, &error)
     }
 }
 
@@ -611,29 +611,24 @@ impl Db {
         let Some(id) = next else {
             return Ok(None);
         };
-        match self.claim_in(tx, &id, owner, lease_ms, at) {
-            // An unknown status: see `ClaimedRow::set_aside`.
-            Err(error @ StoreError::Corrupt { .. }) => {
-                self.set_aside(tx, &id, None, at, &error)?;
-                Ok(None)
-            }
-            other => other,
-        }
+        // Found by its status, the row has one that parses: what can be unreadable is its
+        // state, which the caller parses (see `ClaimedRow::set_aside`).
+        self.claim_in(tx, &id, owner, lease_ms, at)
     }
 
-    /// Marks `id` as `error` because of `why`; with `owner`, only while `owner` holds its lease.
+    /// Marks `id` as `error` because of `why`, while `owner` holds its lease.
     fn set_aside(
         &self,
         tx: &Connection,
         id: &str,
-        owner: Option<&str>,
+        owner: &str,
         at: i64,
         why: &StoreError,
     ) -> Result<(), StoreError> {
         tracing::error!("{why}; the job is marked as error");
         tx.exec_cached(
             "UPDATE jobs SET status = 'error', lease_owner = NULL, lease_until_ms = NULL, \
-             updated_at_ms = ?2 WHERE id = ?1 AND (?3 IS NULL OR lease_owner = ?3)",
+             updated_at_ms = ?2 WHERE id = ?1 AND lease_owner = ?3",
             params![id, at, owner],
         )
         .map_err(|e| self.db_error(e))?;
