@@ -141,13 +141,18 @@ async fn approving_on_the_inbox_page_resumes_the_job() {
     assert_eq!(done["phase"], "done");
 
     // The approved job leaves the page; the other one still waits there.
+    // The ids are read in one script: a card the page removes between a
+    // `find_all` and a later `attr` would be a stale element.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let cards = page.find_all(Locator::Css("article.job")).await.unwrap();
-        let mut jobs = Vec::new();
-        for card in cards {
-            jobs.push(card.attr("data-job").await.unwrap().unwrap_or_default());
-        }
+        let shown = page
+            .execute(
+                "return [...document.querySelectorAll('article.job')].map((card) => card.dataset.job);",
+                Vec::new(),
+            )
+            .await
+            .unwrap();
+        let jobs: Vec<String> = serde_json::from_value(shown).unwrap();
         if jobs == [second.clone()] {
             break;
         }
