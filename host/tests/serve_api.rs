@@ -352,6 +352,7 @@ async fn plugins_are_uploaded_checked_and_removed() {
             .contains("maestro:tool/plugin"),
         "{entry}"
     );
+    assert_eq!(entry["last_error"]["source"], "upload", "{entry}");
 
     // A name that could leave the folder is refused before anything happens.
     let response = server

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 pub use api::{ApiError, AppState, router};
 pub use auth::Auth;
 pub use live::{Hub, Notice};
-pub use plugins::{Change, LoadFailure, PluginHost, PluginStatus, ServingState};
+pub use plugins::{Change, FailureSource, LoadFailure, PluginHost, PluginStatus, ServingState};
 pub use watch::{FolderWatch, watch_folder};
 
 use crate::engine::{CancelFlag, Engine, JobStatus, ResumePoint};

@@ -44,6 +44,17 @@ pub struct LoadFailure {
     pub message: String,
     pub at_ms: i64,
     pub content_hash: Option<String>,
+    pub source: FailureSource,
+}
+
+/// Where the version that failed came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureSource {
+    /// The plugin folder: the file is there, and its next change may mend it.
+    Folder,
+    /// A `PUT`: refused before it was written, so the folder never held it.
+    Upload,
 }
 
 /// How one sync of a plugin went.
@@ -165,11 +176,13 @@ impl PluginHost {
                 name,
                 format!("cannot read {}: {error}", path.display()),
                 None,
+                FailureSource::Folder,
             ),
             Err(error) => self.fail(
                 name,
                 format!("cannot read {}: {error}", path.display()),
                 None,
+                FailureSource::Folder,
             ),
         }
     }
@@ -250,6 +263,11 @@ impl PluginHost {
     /// Loads `bytes` as the new version of `name`; with `write_to`, writes the file once the
     /// version is accepted. The caller holds the change lock.
     async fn install(&self, name: &str, bytes: Vec<u8>, write_to: Option<&Path>) -> Change {
+        let source = if write_to.is_some() {
+            FailureSource::Upload
+        } else {
+            FailureSource::Folder
+        };
         // SHA-256 of a large component takes milliseconds: off the async threads.
         let (bytes, hash) = match tokio::task::spawn_blocking(move || {
             let hash = content_hash(&bytes);
@@ -259,7 +277,12 @@ impl PluginHost {
         {
             Ok(hashed) => hashed,
             Err(error) => {
-                return self.fail(name, format!("cannot hash the component: {error}"), None);
+                return self.fail(
+                    name,
+                    format!("cannot hash the component: {error}"),
+                    None,
+                    source,
+                );
             }
         };
         let serving_same = self.lock_entries().get(name).is_some_and(|entry| {
@@ -272,14 +295,21 @@ impl PluginHost {
             if let Some(path) = write_to
                 && let Err(error) = write_atomically(path, &bytes)
             {
-                return self.fail(name, error, Some(hash));
+                return self.fail(name, error, Some(hash), source);
             }
             // The file holds the serving version again (after a half-written copy, say): an
-            // earlier failure no longer describes it.
+            // earlier failure of the folder no longer describes it. A refused upload never
+            // reached the folder, so only a new upload clears it; the folder's own sync (of the
+            // version uploaded before it, say) leaves it shown.
             let cleared = {
                 let mut entries = self.lock_entries();
                 let entry = entries.entry(name.to_owned()).or_default();
-                entry.last_error.take().map(|_| self.status_of(name, entry))
+                entry
+                    .last_error
+                    .take_if(|failure| {
+                        source == FailureSource::Upload || failure.source == FailureSource::Folder
+                    })
+                    .map(|_| self.status_of(name, entry))
             };
             if let Some(status) = cleared {
                 self.announce(&status);
@@ -301,7 +331,7 @@ impl PluginHost {
                 plugin.source = Some(self.path_of(name));
                 Arc::new(plugin)
             }
-            Err(error) => return self.fail(name, error.to_string(), Some(hash)),
+            Err(error) => return self.fail(name, error.to_string(), Some(hash), source),
         };
         let current = self.slot.current();
         let others = {
@@ -314,13 +344,13 @@ impl PluginHost {
         };
         let mut catalog = match ToolCatalog::new(others.into_iter().chain([plugin.clone()])) {
             Ok(catalog) => catalog,
-            Err(error) => return self.fail(name, error.to_string(), Some(hash)),
+            Err(error) => return self.fail(name, error.to_string(), Some(hash), source),
         };
         catalog.keep_versions_of(&current);
         if let Some(path) = write_to
             && let Err(error) = write_atomically(path, &bytes)
         {
-            return self.fail(name, error, Some(hash));
+            return self.fail(name, error, Some(hash), source);
         }
         self.slot.replace(Arc::new(catalog));
         let status = {
@@ -384,7 +414,13 @@ impl PluginHost {
         Change::Removed
     }
 
-    fn fail(&self, name: &str, message: String, hash: Option<String>) -> Change {
+    fn fail(
+        &self,
+        name: &str,
+        message: String,
+        hash: Option<String>,
+        source: FailureSource,
+    ) -> Change {
         let status = {
             let mut entries = self.lock_entries();
             let entry = entries.entry(name.to_owned()).or_default();
@@ -392,6 +428,7 @@ impl PluginHost {
                 message: message.clone(),
                 at_ms: now_ms(),
                 content_hash: hash,
+                source,
             });
             entry.removed = false;
             self.status_of(name, entry)
@@ -562,6 +599,39 @@ mod tests {
             "a parked call still resumes on it"
         );
         assert_eq!(host.status("echo").unwrap().status, ServingState::Removed);
+    }
+
+    #[tokio::test]
+    async fn a_refused_upload_stays_reported_until_the_next_upload() {
+        let folder = tempfile::tempdir().unwrap();
+        let dir = folder.path().join("plugins");
+        std::fs::create_dir(&dir).unwrap();
+        let runtime = Runtime::new(crate::plugin::RuntimeConfig::default()).unwrap();
+        let host = PluginHost::new(
+            runtime,
+            dir.clone(),
+            folder.path().join("versions"),
+            Policy::default(),
+        );
+        let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
+        let (change, _) = host.upload("echo", echo.clone()).await.unwrap();
+        assert_eq!(change, Change::Loaded);
+        let broken = std::fs::read(maestro_plugins::WRONG_WORLD).unwrap();
+        let (change, status) = host.upload("echo", broken).await.unwrap();
+        assert!(matches!(change, Change::Failed(_)), "{change:?}");
+        assert_eq!(status.status, ServingState::Serving);
+        assert_eq!(std::fs::read(dir.join("echo.wasm")).unwrap(), echo);
+        let failure = status.last_error.expect("the refusal is reported");
+        assert_eq!(failure.source, FailureSource::Upload);
+
+        // The folder's sync of the first upload's file (the watcher's, arriving late) finds
+        // the serving version: the refused upload is still the news.
+        assert_eq!(host.sync("echo").await, Change::Unchanged);
+        assert_eq!(host.status("echo").unwrap().last_error, Some(failure));
+        // Uploading the serving version again answers it.
+        let (change, status) = host.upload("echo", echo).await.unwrap();
+        assert_eq!(change, Change::Unchanged);
+        assert_eq!(status.last_error, None);
     }
 
     #[test]
