@@ -48,10 +48,14 @@ async fn infinite_loop_hits_the_cpu_limit() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn blocking_past_the_timeout_hits_the_wall_clock_limit() {
-    let hostile = load_with_toml(artifacts::HOSTILE, "[plugins.hostile]\ntimeout_ms = 300\n").await;
+    // Long enough that `still_serving`'s call, under the same cap, fits on a loaded machine.
+    let hostile =
+        load_with_toml(artifacts::HOSTILE, "[plugins.hostile]\ntimeout_ms = 2000\n").await;
+    let started = std::time::Instant::now();
     let limit = limit(call(&hostile, "sleep", json!({"ms": 60_000})).await);
     assert_eq!(limit.name(), "wall-clock");
-    assert!(limit.to_string().contains("300 ms"), "{limit}");
+    assert!(limit.to_string().contains("2000 ms"), "{limit}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
     still_serving(&hostile).await;
 }
 
@@ -399,13 +403,14 @@ async fn calls_past_the_instance_pool_are_refused_as_overloaded_not_crashed() {
     let sleepers: Vec<_> = (0..3)
         .map(|_| {
             let hostile = hostile.clone();
-            tokio::spawn(async move { call(&hostile, "sleep", json!({"ms": 1000})).await })
+            // Long enough that all three overlap even if one task starts late.
+            tokio::spawn(async move { call(&hostile, "sleep", json!({"ms": 4000})).await })
         })
         .collect();
     let mut overloaded = 0;
     for sleeper in sleepers {
         match sleeper.await.unwrap() {
-            Ok(Outcome::Output(text)) => assert_eq!(text, "slept 1000 ms"),
+            Ok(Outcome::Output(text)) => assert_eq!(text, "slept 4000 ms"),
             Err(error @ CallError::Overloaded(_)) => {
                 assert!(error.retryable());
                 overloaded += 1;

@@ -233,7 +233,9 @@ fn a_worker_killed_mid_batch_loses_nothing_and_nothing_ends_twice() {
     let asking: Vec<String> = (0..2)
         .map(|n| workspace.start("ask", &format!("a question {n}")))
         .collect();
-    let slow: Vec<String> = (0..16)
+    // 32 jobs of 0.6 s on 4 runners: the kill has seconds to land mid-batch, even when this
+    // test's polling thread is starved.
+    let slow: Vec<String> = (0..32)
         .map(|n| workspace.start("slow", &format!("slow job {n}")))
         .collect();
 

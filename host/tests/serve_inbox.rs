@@ -20,13 +20,24 @@ struct Chromedriver {
 }
 
 impl Chromedriver {
+    /// Starts chromedriver on a free port, again on another if the first was taken meanwhile
+    /// (the port is free when picked, not necessarily when chromedriver binds it).
     fn start() -> Self {
+        for _ in 0..3 {
+            if let Some(driver) = Self::start_on_a_free_port() {
+                return driver;
+            }
+        }
+        panic!("chromedriver exited at start three times");
+    }
+
+    fn start_on_a_free_port() -> Option<Self> {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("chromedriver")
+        let mut child = Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -38,17 +49,25 @@ impl Chromedriver {
                 )
             });
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            let listening = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+            // If chromedriver is gone, whatever answered was another listener.
+            if child.try_wait().unwrap().is_some() {
+                return None;
+            }
+            if listening {
+                break;
+            }
             assert!(
                 Instant::now() < deadline,
                 "chromedriver never listened on {port}"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Self {
+        Some(Self {
             child,
             url: format!("http://127.0.0.1:{port}"),
-        }
+        })
     }
 }
 
