@@ -186,7 +186,8 @@ async fn answer(
     let setup = Setup::resolve(&options.engine)?;
     let store = setup.open_store()?;
     store
-        .answer(id, &resume, options.wait)
+        .answer_async(id, &resume, options.wait)
+        .await
         .map_err(Failure::usage)?;
     if options.no_run {
         println!("answer recorded; job {id} is pending");

@@ -308,7 +308,7 @@ async fn start_job(
         .map_err(|error| {
             ApiError::new(StatusCode::NOT_FOUND, "unknown_piece", error.to_string())
         })?;
-    state.store.create(&job)?;
+    state.store.create_async(&job).await?;
     state.publish_change(&job.id, JobStatus::Pending);
     let view = job_view(state.store.as_ref(), &job.id)?;
     Ok((StatusCode::CREATED, axum::Json(view.detail())))
@@ -410,7 +410,9 @@ async fn answer(
     Path(id): Path<String>,
     Body(body): Body<AnswerBody>,
 ) -> ApiResult {
-    state.resume(&id, Resume::Answered(body.text), body.wait)
+    state
+        .resume(&id, Resume::Answered(body.text), body.wait)
+        .await
 }
 
 async fn login(
@@ -421,7 +423,9 @@ async fn login(
     if body.session.trim().is_empty() {
         return Err(ApiError::bad_request("session: must not be empty"));
     }
-    state.resume(&id, Resume::LoggedIn(body.session), body.wait)
+    state
+        .resume(&id, Resume::LoggedIn(body.session), body.wait)
+        .await
 }
 
 async fn approve(
@@ -430,7 +434,7 @@ async fn approve(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let body: ApproveBody = optional_body(&raw_body(body)?)?;
-    state.resume(&id, Resume::Approved, body.wait)
+    state.resume(&id, Resume::Approved, body.wait).await
 }
 
 async fn deny(
@@ -443,7 +447,9 @@ async fn deny(
             "reason: a denial needs a reason (the model reads it)",
         ));
     }
-    state.resume(&id, Resume::Denied(body.reason), body.wait)
+    state
+        .resume(&id, Resume::Denied(body.reason), body.wait)
+        .await
 }
 
 async fn cancel(
@@ -455,7 +461,7 @@ async fn cancel(
     let reason = body
         .reason
         .unwrap_or_else(|| "cancelled through the API".to_owned());
-    state.store.cancel(&id, &reason)?;
+    state.store.cancel_async(&id, &reason).await?;
     let view = job_view(state.store.as_ref(), &id)?;
     state.publish_change(&id, view.state.status);
     Ok(axum::Json(view.summary))
@@ -470,8 +476,8 @@ fn optional_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<
 }
 
 impl AppState {
-    fn resume(&self, id: &str, resume: Resume, wait: Option<u32>) -> ApiResult {
-        self.store.answer(id, &resume, wait)?;
+    async fn resume(&self, id: &str, resume: Resume, wait: Option<u32>) -> ApiResult {
+        self.store.answer_async(id, &resume, wait).await?;
         self.publish_change(id, JobStatus::Pending);
         Ok(axum::Json(job_view(self.store.as_ref(), id)?.summary))
     }

@@ -104,6 +104,10 @@ pub trait JobStore: Send + Sync {
     /// Stores a new job (status `pending`).
     fn create(&self, job: &JobState) -> Result<(), StoreError>;
 
+    /// [`JobStore::create`] for async callers (the API, a tool spawning a subtask): their
+    /// thread is free while the change waits for its commit.
+    fn create_async(&self, job: &JobState) -> StoreFuture<()>;
+
     /// The stored state of a job and its scheduling status.
     fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError>;
 
@@ -111,6 +115,9 @@ pub trait JobStore: Send + Sync {
     /// wait (ended, already answered, running), when the answer does not fit the wait, or when
     /// `wait` is given and the job now waits on another park (an answer to an older question).
     fn answer(&self, id: &str, resume: &Resume, wait: Option<u32>) -> Result<(), StoreError>;
+
+    /// [`JobStore::answer`] for async callers.
+    fn answer_async(&self, id: &str, resume: &Resume, wait: Option<u32>) -> StoreFuture<()>;
 
     /// Takes a runnable job for `owner` until `lease_ms` from now. Returns `None` when the job
     /// is not runnable (someone else holds it, it waits, it ended).
@@ -125,8 +132,9 @@ pub trait JobStore: Send + Sync {
     fn claim_next_async(&self, owner: &str, lease_ms: i64) -> StoreFuture<Option<ClaimedJob>>;
 
     /// Extends `owner`'s lease on a running job and says whether someone asked it to stop;
-    /// refused when the lease went to someone else.
-    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<bool, StoreError>;
+    /// refused when the lease went to someone else. Async: the runner's task renews beside
+    /// the run, without holding a thread.
+    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> StoreFuture<bool>;
 
     /// Writes the job after (part of) a run by `owner`, with the events the run produced,
     /// atomically, and releases the lease unless the job is still running. Refused when
@@ -152,11 +160,15 @@ pub trait JobStore: Send + Sync {
     /// at its next step (its runner sees it when it renews the lease).
     fn cancel(&self, id: &str, reason: &str) -> Result<CancelOutcome, StoreError>;
 
+    /// [`JobStore::cancel`] for async callers.
+    fn cancel_async(&self, id: &str, reason: &str) -> StoreFuture<CancelOutcome>;
+
     /// The child jobs of `parent`, oldest first.
     fn children(&self, parent: &str) -> Result<Vec<String>, StoreError>;
 
-    /// Resumes every wait whose expiry has passed with `expired`; returns how many.
-    fn expire_waits(&self) -> Result<usize, StoreError>;
+    /// Resumes every wait whose expiry has passed with `expired`; returns how many. Async: an
+    /// idle runner asks.
+    fn expire_waits(&self) -> StoreFuture<usize>;
 
     /// Jobs that some runner has or will have without anyone's help: pending, running, and
     /// waiting with an expiry.

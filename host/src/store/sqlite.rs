@@ -317,10 +317,7 @@ impl SqliteStore {
     }
 
     /// Runs `body` in the writer's transaction and waits until it has committed.
-    fn write<T: Send + 'static>(
-        &self,
-        body: impl FnMut(&Db, &Tx<'_>) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
+    fn write<T: Send + 'static>(&self, body: impl ChangeBody<T>) -> Result<T, StoreError> {
         let (reply, result) = std::sync::mpsc::sync_channel(1);
         let alone = self.writer.queue().submit(&self.db, body, move |outcome| {
             let _ = reply.send(outcome);
@@ -337,10 +334,7 @@ impl SqliteStore {
     }
 
     /// [`Self::write`] for async callers: the calling thread is free while the change waits.
-    fn write_async<T: Send + 'static>(
-        &self,
-        body: impl FnMut(&Db, &Tx<'_>) -> Result<T, StoreError> + Send + 'static,
-    ) -> StoreFuture<T> {
+    fn write_async<T: Send + 'static>(&self, body: impl ChangeBody<T>) -> StoreFuture<T> {
         Box::pin(queue_change(self.writer.queue(), &self.db, body))
     }
 
@@ -656,11 +650,18 @@ impl Db {
     }
 }
 
+/// A store change: what the writer runs inside its transaction. The sync and async calls of
+/// [`JobStore`] queue the same changes and differ only in how the caller waits.
+trait ChangeBody<T>: FnMut(&Db, &Tx<'_>) -> Result<T, StoreError> + Send + 'static {}
+
+impl<T, B> ChangeBody<T> for B where B: FnMut(&Db, &Tx<'_>) -> Result<T, StoreError> + Send + 'static
+{}
+
 /// Queues `body` for the writer; the calling thread is free while the change waits.
 fn queue_change<T: Send + 'static>(
     queue: &writer::Queue,
     db: &Arc<Db>,
-    body: impl FnMut(&Db, &Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    body: impl ChangeBody<T>,
 ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
     let (reply, result) = tokio::sync::oneshot::channel();
     queue.submit(db, body, move |outcome| {
@@ -713,25 +714,82 @@ fn prepared_save(
     Ok((JobRow::of(job)?, EventBatch::of(events)?))
 }
 
+/// Stores `job` as a new, pending job.
+fn create_change(db: &Db, job: &JobState) -> Result<impl ChangeBody<()> + use<>, StoreError> {
+    let state = serde_json::to_string(job).map_err(|e| db.db_error(e))?;
+    let (id, piece, movement, parent) = (
+        job.id.clone(),
+        job.piece.clone(),
+        job.movement.clone(),
+        job.parent.clone(),
+    );
+    let at = now_ms();
+    Ok(move |db: &Db, tx: &Tx<'_>| {
+        tx.exec_cached(
+            "INSERT INTO jobs (id, piece, status, movement, parent, state, created_at_ms, \
+             updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6, ?6)",
+            params![id, piece, movement, parent, state, at],
+        )
+        .map_err(|e| db.db_error(e))?;
+        Ok(())
+    })
+}
+
+/// Records `resume` as the answer to the wait of `id` (the one numbered `expected`, if given).
+fn answer_change(id: &str, resume: &Resume, expected: Option<u32>) -> impl ChangeBody<()> + use<> {
+    let at = now_ms();
+    let (id, resume) = (id.to_owned(), resume.clone());
+    move |db: &Db, tx: &Tx<'_>| {
+        let (status, state, pending, _) = db.row_text(tx, &id)?;
+        if !status.is_waiting() {
+            return Err(StoreError::NotWaiting {
+                job: id.clone(),
+                status,
+                hint: if pending.is_some() {
+                    " (it was already answered)"
+                } else {
+                    ""
+                },
+            });
+        }
+        let state: StateWait = serde_json::from_str(&state).map_err(|e| db.corrupt(&id, e))?;
+        let wait = state
+            .wait
+            .ok_or_else(|| db.corrupt(&id, "the job waits but has no wait record"))?;
+        if let Some(given) = expected.filter(|given| *given != wait.id) {
+            return Err(StoreError::StaleAnswer {
+                job: id.clone(),
+                given,
+                current: wait.id,
+            });
+        }
+        wait.request
+            .accepts(&resume)
+            .map_err(|message| StoreError::WrongAnswer {
+                job: id.clone(),
+                message,
+            })?;
+        db.make_runnable(tx, &id, &resume, at)
+    }
+}
+
+/// Cancels `id` and its descendants.
+fn cancel_change(id: &str, reason: &str) -> impl ChangeBody<CancelOutcome> + use<> {
+    let at = now_ms();
+    let (id, reason) = (id.to_owned(), reason.to_owned());
+    move |db: &Db, tx: &Tx<'_>| db.cancel_tree(tx, &id, &reason, at)
+}
+
 impl JobStore for SqliteStore {
     fn create(&self, job: &JobState) -> Result<(), StoreError> {
-        let state = serde_json::to_string(job).map_err(|e| self.db.db_error(e))?;
-        let (id, piece, movement, parent) = (
-            job.id.clone(),
-            job.piece.clone(),
-            job.movement.clone(),
-            job.parent.clone(),
-        );
-        let at = now_ms();
-        self.write(move |db, tx| {
-            tx.exec_cached(
-                "INSERT INTO jobs (id, piece, status, movement, parent, state, created_at_ms, \
-                 updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6, ?6)",
-                params![id, piece, movement, parent, state, at],
-            )
-            .map_err(|e| db.db_error(e))?;
-            Ok(())
-        })
+        self.write(create_change(&self.db, job)?)
+    }
+
+    fn create_async(&self, job: &JobState) -> StoreFuture<()> {
+        match create_change(&self.db, job) {
+            Ok(change) => self.write_async(change),
+            Err(error) => ready(Err(error)),
+        }
     }
 
     fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError> {
@@ -739,41 +797,12 @@ impl JobStore for SqliteStore {
         Ok((state, status))
     }
 
-    fn answer(&self, id: &str, resume: &Resume, expected: Option<u32>) -> Result<(), StoreError> {
-        let at = now_ms();
-        let (id, resume) = (id.to_owned(), resume.clone());
-        self.write(move |db, tx| {
-            let (status, state, pending, _) = db.row_text(tx, &id)?;
-            if !status.is_waiting() {
-                return Err(StoreError::NotWaiting {
-                    job: id.clone(),
-                    status,
-                    hint: if pending.is_some() {
-                        " (it was already answered)"
-                    } else {
-                        ""
-                    },
-                });
-            }
-            let state: StateWait = serde_json::from_str(&state).map_err(|e| db.corrupt(&id, e))?;
-            let wait = state
-                .wait
-                .ok_or_else(|| db.corrupt(&id, "the job waits but has no wait record"))?;
-            if let Some(given) = expected.filter(|given| *given != wait.id) {
-                return Err(StoreError::StaleAnswer {
-                    job: id.clone(),
-                    given,
-                    current: wait.id,
-                });
-            }
-            wait.request
-                .accepts(&resume)
-                .map_err(|message| StoreError::WrongAnswer {
-                    job: id.clone(),
-                    message,
-                })?;
-            db.make_runnable(tx, &id, &resume, at)
-        })
+    fn answer(&self, id: &str, resume: &Resume, wait: Option<u32>) -> Result<(), StoreError> {
+        self.write(answer_change(id, resume, wait))
+    }
+
+    fn answer_async(&self, id: &str, resume: &Resume, wait: Option<u32>) -> StoreFuture<()> {
+        self.write_async(answer_change(id, resume, wait))
     }
 
     fn claim(
@@ -812,10 +841,10 @@ impl JobStore for SqliteStore {
         Box::pin(async move { unreadable_is_none(parser.parse(claimed.await?).await) })
     }
 
-    fn expire_waits(&self) -> Result<usize, StoreError> {
+    fn expire_waits(&self) -> StoreFuture<usize> {
         let at = now_ms();
         // Idle runners ask often and there is rarely anything due: a read answers that without
-        // taking the write lock.
+        // going through the writer.
         let due = self
             .read()
             .row_cached(
@@ -823,12 +852,16 @@ impl JobStore for SqliteStore {
                 [at],
                 |row| row.get::<_, bool>(0),
             )
-            .map_err(|e| self.db.db_error(e))?;
-        if !due {
-            return Ok(0);
+            .map_err(|e| self.db.db_error(e));
+        match due {
+            Ok(true) => {}
+            nothing_or_error => return ready(nothing_or_error.map(|_| 0)),
         }
-        let expired = serde_json::to_string(&Resume::Expired).map_err(|e| self.db.db_error(e))?;
-        self.write(move |db, tx| {
+        let expired = match serde_json::to_string(&Resume::Expired) {
+            Ok(expired) => expired,
+            Err(error) => return ready(Err(self.db.db_error(error))),
+        };
+        self.write_async(move |db, tx| {
             tx.exec_cached(
                 "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?1, \
                  wait_expires_at_ms = NULL \
@@ -867,10 +900,10 @@ impl JobStore for SqliteStore {
         Ok(ids)
     }
 
-    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> Result<bool, StoreError> {
+    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> StoreFuture<bool> {
         let at = now_ms();
         let (id, owner) = (id.to_owned(), owner.to_owned());
-        self.write(move |db, tx| {
+        self.write_async(move |db, tx| {
             let cancel_requested = tx
                 .row_cached(
                     "UPDATE jobs SET lease_until_ms = ?3 WHERE id = ?1 AND lease_owner = ?2 \
@@ -932,9 +965,11 @@ impl JobStore for SqliteStore {
     }
 
     fn cancel(&self, id: &str, reason: &str) -> Result<CancelOutcome, StoreError> {
-        let at = now_ms();
-        let (id, reason) = (id.to_owned(), reason.to_owned());
-        self.write(move |db, tx| db.cancel_tree(tx, &id, &reason, at))
+        self.write(cancel_change(id, reason))
+    }
+
+    fn cancel_async(&self, id: &str, reason: &str) -> StoreFuture<CancelOutcome> {
+        self.write_async(cancel_change(id, reason))
     }
 
     fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError> {

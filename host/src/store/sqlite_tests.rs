@@ -76,8 +76,8 @@ fn a_runner_that_lost_its_lease_cannot_save_and_a_dead_run_can_be_cancelled() {
     store.claim("j2", "runner-b", 60_000).unwrap().unwrap();
     let lost = store.save(&job("j2"), &[], "slow-runner").unwrap_err();
     assert!(matches!(lost, StoreError::LeaseLost { .. }), "{lost}");
-    assert!(store.renew("j2", "slow-runner", 60_000).is_err());
-    store.renew("j2", "runner-b", 60_000).unwrap();
+    assert!(run_to_end(store.renew("j2", "slow-runner", 60_000)).is_err());
+    run_to_end(store.renew("j2", "runner-b", 60_000)).unwrap();
 }
 
 #[test]
@@ -152,7 +152,7 @@ fn cancel_ends_a_waiting_job_but_not_a_finished_one() {
         crate::store::CancelOutcome::Requested
     );
     assert!(
-        store.renew("j1", "r", 60_000).unwrap(),
+        run_to_end(store.renew("j1", "r", 60_000)).unwrap(),
         "the runner learns of the request"
     );
     store.save(&parked(job("j1")), &[], "r").unwrap();
@@ -221,7 +221,7 @@ fn an_expired_wait_resumes_with_expired_and_an_answered_one_does_not() {
     store
         .answer("answered", &Resume::Answered("on time".into()), None)
         .unwrap();
-    assert_eq!(store.expire_waits().unwrap(), 1);
+    assert_eq!(run_to_end(store.expire_waits()).unwrap(), 1);
     let late = store.claim("late", "r", 60_000).unwrap().unwrap();
     assert_eq!(late.resume, Some(Resume::Expired));
     let answered = store.claim("answered", "r", 60_000).unwrap().unwrap();
@@ -371,6 +371,11 @@ fn job_ids(store: &SqliteStore) -> Vec<String> {
         .collect();
     ids.sort();
     ids
+}
+
+/// Runs one change to its end.
+fn run_to_end<T>(change: StoreFuture<T>) -> Result<T, StoreError> {
+    results([change]).pop().expect("one result")
 }
 
 /// Runs the changes to their ends, in order.

@@ -130,7 +130,7 @@ impl Worker {
             {
                 Ok(claimed @ Some(_)) => next = claimed,
                 Ok(None) => {
-                    match self.store.expire_waits() {
+                    match self.store.expire_waits().await {
                         Ok(0) => {}
                         Ok(_) => continue,
                         Err(error) => tracing::error!("cannot expire waits: {error}"),
@@ -311,7 +311,7 @@ impl JobRun<'_> {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(lease / 3).await;
-                match store.renew(&job, &owner, lease.as_millis() as i64) {
+                match store.renew(&job, &owner, lease.as_millis() as i64).await {
                     Ok(false) => {}
                     Ok(true) => cancel.cancel(),
                     Err(error) => {

@@ -59,12 +59,8 @@ impl StoreSpawner {
         }
     }
 
-    fn spawn_now(
-        &self,
-        parent: &SpawnContext,
-        piece: &str,
-        input: String,
-    ) -> Result<String, String> {
+    /// Checks a spawn against the pieces, the depth limit and the store (reads only).
+    fn plan(&self, parent: &SpawnContext, piece: &str, input: String) -> Result<Planned, String> {
         let entry = self.pieces.get(piece).ok_or_else(|| {
             let known: Vec<&str> = self.pieces.keys().map(String::as_str).collect();
             format!(
@@ -83,7 +79,7 @@ impl StoreSpawner {
         }
         match self.store.load(&id) {
             Ok((existing, _)) if existing.parent.as_deref() == Some(parent.job_id.as_str()) => {
-                return Ok(id);
+                return Ok(Planned::Started(id));
             }
             Ok(_) => return Err(format!("job id {id} is already taken by another job")),
             Err(StoreError::NotFound(_)) => {}
@@ -92,12 +88,16 @@ impl StoreSpawner {
         let mut child = JobState::new(id.clone(), piece, &entry.initial_movement, input);
         child.parent = Some(parent.job_id.clone());
         child.piece_origin = entry.origin.clone();
-        self.store
-            .create(&child)
-            .map_err(|error| error.to_string())?;
-        self.wake.notify_one();
-        Ok(id)
+        Ok(Planned::New(Box::new(child)))
     }
+}
+
+/// What a spawn comes to.
+enum Planned {
+    /// This call started the child before (it runs again after a crash or a resume).
+    Started(String),
+    /// A child to store.
+    New(Box<JobState>),
 }
 
 impl StoreSpawner {
@@ -133,8 +133,21 @@ impl SubtaskSpawner for StoreSpawner {
         piece: String,
         input: String,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> {
-        let result = self.spawn_now(&parent, &piece, input);
-        Box::pin(async move { result })
+        let planned = self.plan(&parent, &piece, input);
+        let (store, wake) = (self.store.clone(), self.wake.clone());
+        Box::pin(async move {
+            match planned? {
+                Planned::Started(id) => Ok(id),
+                Planned::New(child) => {
+                    store
+                        .create_async(&child)
+                        .await
+                        .map_err(|error| error.to_string())?;
+                    wake.notify_one();
+                    Ok(child.id)
+                }
+            }
+        })
     }
 }
 
@@ -152,8 +165,8 @@ mod tests {
     use super::*;
     use crate::store::SqliteStore;
 
-    #[test]
-    fn a_subtask_at_the_depth_limit_starts_no_child() {
+    #[tokio::test]
+    async fn a_subtask_at_the_depth_limit_starts_no_child() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn JobStore> =
             Arc::new(SqliteStore::open(dir.path().join("j.db")).unwrap());
@@ -173,9 +186,20 @@ mod tests {
                 index: 0,
                 plugin: "spawn_subtask".into(),
             };
-            parent = spawner
-                .spawn_now(&context, "again", "deeper".into())
+            let child = spawner
+                .spawn(context.clone(), "again".into(), "deeper".into())
+                .await
                 .unwrap_or_else(|error| panic!("level {level}: {error}"));
+            // Spawning again from the same call finds the child it started.
+            let again = spawner
+                .spawn(context, "again".into(), "deeper".into())
+                .await;
+            assert_eq!(again.as_ref(), Ok(&child));
+            assert_eq!(
+                store.children(&parent).unwrap(),
+                std::slice::from_ref(&child)
+            );
+            parent = child;
         }
         let context = SpawnContext {
             job_id: parent.clone(),
@@ -184,7 +208,8 @@ mod tests {
             plugin: "spawn_subtask".into(),
         };
         let error = spawner
-            .spawn_now(&context, "again", "deeper".into())
+            .spawn(context, "again".into(), "deeper".into())
+            .await
             .unwrap_err();
         assert!(error.contains("4 levels deep"), "{error}");
         assert!(store.children(&parent).unwrap().is_empty());
