@@ -28,7 +28,7 @@ use maestro::engine::{CancelFlag, Engine, JobEvent, JobStatus, Observer};
 use maestro::plugin::Resume;
 use maestro::store::{JobStore, SqliteStore};
 use maestro::worker::{Worker, WorkerConfig};
-use maestro_benches::median;
+use maestro_benches::{cpu_time, median, stat_cpu_time};
 use tokio::sync::Notify;
 
 const SCRIPT: &str = r#"
@@ -230,13 +230,6 @@ fn answer_all(store: &dyn JobStore, to_answer: &Mutex<Receiver<String>>, wake: &
     }
 }
 
-/// Processor time this process has used so far, from `/proc/self/stat` (in clock ticks of
-/// 10 ms: a round uses thousands).
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    stat_cpu_time(&stat)
-}
-
 /// Processor time used so far by each live thread of this process, by thread id, with the
 /// thread's name.
 fn cpu_by_thread() -> HashMap<String, (String, Duration)> {
@@ -251,16 +244,6 @@ fn cpu_by_thread() -> HashMap<String, (String, Duration)> {
             Some((id, (name.to_owned(), stat_cpu_time(&stat))))
         })
         .collect()
-}
-
-/// User plus system time from a `/proc/…/stat` line.
-fn stat_cpu_time(stat: &str) -> Duration {
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat[stat.rfind(')').expect("stat") + 2..]
-        .split(' ')
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 10)
 }
 
 /// Bytes this process has written so far (to the WAL and, by checkpoints, to the database).

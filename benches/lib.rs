@@ -65,3 +65,20 @@ pub fn human_time(duration: Duration) -> String {
         format!("{ms:.2} ms")
     }
 }
+
+/// Processor time this process has used so far, from `/proc/self/stat` (in clock ticks of
+/// 10 ms: a round uses thousands).
+pub fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    stat_cpu_time(&stat)
+}
+
+/// User plus system time from a `/proc/…/stat` line.
+pub fn stat_cpu_time(stat: &str) -> Duration {
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("stat") + 2..]
+        .split(' ')
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}

@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::sync::Notify;
 
 pub use api::{ApiError, AppState, router};
@@ -69,6 +70,13 @@ pub async fn start(
     let addr = listener
         .local_addr()
         .map_err(|error| format!("cannot read the listening address: {error}"))?;
+    // Responses and event streams are small writes: with Nagle's algorithm, one written while
+    // the previous is unacknowledged waits for the client's delayed ACK (40 ms on Linux).
+    let listener = listener.tap_io(|connection| {
+        if let Err(error) = connection.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY on a connection: {error}");
+        }
+    });
 
     let worker = Arc::new(
         Worker::new(store.clone(), engine.clone(), settings.worker, wake.clone())
