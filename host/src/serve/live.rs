@@ -154,9 +154,10 @@ pub fn job_stream(
 impl JobStream {
     fn read_store(&mut self) {
         // The status is read first: a save writes the status and its events together, so
-        // when it is final here, every event is already there to read below.
-        let status = match self.store.load(&self.job) {
-            Ok((_, status)) => status,
+        // when it is final here, every event is already there to read below. The summary has
+        // it without parsing the job's state.
+        let status = match self.store.summary(&self.job) {
+            Ok(summary) => summary.status,
             Err(error) => {
                 self.fail(error.to_string());
                 return;
