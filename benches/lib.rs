@@ -1,8 +1,10 @@
-//! Benchmarks of maestro: the plugin runtime (`runtime.rs`), jobs through the store
-//! (`jobs.rs`) and the memory of parked jobs (`parked_memory.rs`). Run them with
+//! Benchmarks of maestro: the plugin runtime (`runtime.rs`), tool loads by language
+//! (`example_load.rs`), hot loading (`hot_load.rs`), jobs through the store (`jobs.rs`), park →
+//! resume throughput of a worker (`cycle_throughput.rs`), the memory of parked jobs
+//! (`parked_memory.rs`) and cycles through the HTTP API (`api_cycles.rs`). Run them with
 //! `cargo bench -p maestro-benches`.
 //!
-//! This library holds the set-up the job benchmarks share.
+//! This library holds the set-up and the measurements the job benchmarks share.
 
 use std::path::Path;
 use std::sync::Arc;
