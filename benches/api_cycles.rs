@@ -31,12 +31,6 @@ use maestro_benches::{cpu_time, median};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-const SCRIPT: &str = r#"
-turns:
-  - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Which city?" } }]
-  - tool_calls: [{ name: complete, arguments: { status: done, summary: "done" } }]
-"#;
-
 /// Cycles per round, shared by the clients.
 const CYCLES: usize = 3_000;
 /// Each worker size is measured this many times, on a fresh server and store each time.
@@ -54,10 +48,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let (engine, _cache) = maestro_benches::chat_engine(&rt, SCRIPT);
+    let (engine, _cache) = maestro_benches::chat_engine(&rt, maestro_benches::ASK_THEN_FINISH);
     let engine = Arc::new(engine);
-    let runner_sizes = list_from_env("API_RUNNERS", &[4, 16]);
-    let clients = list_from_env("API_CLIENTS", &[32])[0];
+    let runner_sizes = maestro_benches::sizes_from_env("API_RUNNERS", &[4, 16]);
+    let clients = maestro_benches::sizes_from_env("API_CLIENTS", &[32])[0];
     println!(
         "{CYCLES} cycles per round by {clients} HTTP clients, {ROUNDS} rounds per size: medians, \
          with the rounds' range"
@@ -91,21 +85,6 @@ fn main() {
             median(&mut p50).as_secs_f64() * 1e3,
             median(&mut p99).as_secs_f64() * 1e3,
         );
-    }
-}
-
-/// Numbers from `variable` (comma-separated), or `default`.
-fn list_from_env(variable: &str, default: &[usize]) -> Vec<usize> {
-    match std::env::var(variable) {
-        Ok(list) => list
-            .split(',')
-            .map(|n| {
-                n.trim()
-                    .parse()
-                    .unwrap_or_else(|_| panic!("{variable}: numbers, like 4,16"))
-            })
-            .collect(),
-        Err(_) => default.to_vec(),
     }
 }
 

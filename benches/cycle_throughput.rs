@@ -31,12 +31,6 @@ use maestro::worker::{Worker, WorkerConfig};
 use maestro_benches::{cpu_time, median, stat_cpu_time};
 use tokio::sync::Notify;
 
-const SCRIPT: &str = r#"
-turns:
-  - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Which city?" } }]
-  - tool_calls: [{ name: complete, arguments: { status: done, summary: "done" } }]
-"#;
-
 const JOBS: usize = 10_000;
 /// Each worker size is measured this many times, on a fresh store each time.
 const ROUNDS: usize = 3;
@@ -89,19 +83,9 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let (engine, _cache) = maestro_benches::chat_engine(&rt, SCRIPT);
+    let (engine, _cache) = maestro_benches::chat_engine(&rt, maestro_benches::ASK_THEN_FINISH);
     let engine = Arc::new(engine);
-    let sizes: Vec<usize> = match std::env::var("CYCLE_RUNNERS") {
-        Ok(list) => list
-            .split(',')
-            .map(|n| {
-                n.trim()
-                    .parse()
-                    .expect("CYCLE_RUNNERS: runner counts, like 4,16")
-            })
-            .collect(),
-        Err(_) => vec![1, 4, 16, 64],
-    };
+    let sizes = maestro_benches::sizes_from_env("CYCLE_RUNNERS", &[1, 4, 16, 64]);
     println!("{JOBS} cycles per round, {ROUNDS} rounds per size: medians, with the rounds' range");
     println!(
         "| runners | cycles/s | per cycle | processor time per cycle | of which the store's writer \

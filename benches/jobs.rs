@@ -18,18 +18,12 @@ use maestro::engine::{CancelFlag, JobStatus, NoObserver};
 use maestro::plugin::Resume;
 use maestro::store::{JobStore, SqliteStore};
 
-const SCRIPT: &str = r#"
-turns:
-  - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Which city?" } }]
-  - tool_calls: [{ name: complete, arguments: { status: done, summary: "done" } }]
-"#;
-
 fn jobs(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let (engine, _cache) = maestro_benches::chat_engine(&rt, SCRIPT);
+    let (engine, _cache) = maestro_benches::chat_engine(&rt, maestro_benches::ASK_THEN_FINISH);
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("jobs.db")).unwrap();
     let cancel = CancelFlag::default();

@@ -18,6 +18,13 @@ use maestro::plugin::{PluginPolicy, Runtime, RuntimeConfig};
 /// A one-movement piece whose only tool is `complete`.
 const CHAT_PIECE: &str = "name: chat\ninitial_movement: chat\nmax_movements: 1\nmovements:\n  - name: chat\n    instructions: Ask, then finish.\n    tools: [complete]\n";
 
+/// A model script for the piece `chat`: ask a question (the job parks), then finish.
+pub const ASK_THEN_FINISH: &str = r#"
+turns:
+  - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Which city?" } }]
+  - tool_calls: [{ name: complete, arguments: { status: done, summary: "done" } }]
+"#;
+
 /// An engine running the piece `chat` on the real `complete` component, with a scripted model
 /// playing `script`. The returned folder holds the compiled-component cache; keep it alive.
 pub fn chat_engine(rt: &tokio::runtime::Runtime, script: &str) -> (Engine, tempfile::TempDir) {
@@ -83,4 +90,20 @@ pub fn stat_cpu_time(stat: &str) -> Duration {
         .collect();
     let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
     Duration::from_millis(ticks * 10)
+}
+
+/// The sizes to measure: comma-separated numbers in the environment variable `variable`
+/// (`4,16`), or `default`.
+pub fn sizes_from_env(variable: &str, default: &[usize]) -> Vec<usize> {
+    match std::env::var(variable) {
+        Ok(list) => list
+            .split(',')
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{variable}: numbers, like 4,16"))
+            })
+            .collect(),
+        Err(_) => default.to_vec(),
+    }
 }

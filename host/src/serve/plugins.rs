@@ -553,8 +553,8 @@ mod tests {
         assert_eq!(plugin_file_name(Path::new("/p/.hidden.wasm")), None);
     }
 
-    #[tokio::test]
-    async fn a_failed_version_never_serves_and_a_removed_one_stays_resumable() {
+    /// A plugin host over an empty plugin folder (`dir`) in a new folder, with its archive.
+    fn host_in_a_new_folder() -> (tempfile::TempDir, PathBuf, PluginHost) {
         let folder = tempfile::tempdir().unwrap();
         let dir = folder.path().join("plugins");
         std::fs::create_dir(&dir).unwrap();
@@ -565,6 +565,12 @@ mod tests {
             folder.path().join("versions"),
             Policy::default(),
         );
+        (folder, dir, host)
+    }
+
+    #[tokio::test]
+    async fn a_failed_version_never_serves_and_a_removed_one_stays_resumable() {
+        let (folder, dir, host) = host_in_a_new_folder();
         let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
         let path = dir.join("echo.wasm");
         std::fs::write(&path, &echo).unwrap();
@@ -603,16 +609,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_upload_stays_reported_until_the_next_upload() {
-        let folder = tempfile::tempdir().unwrap();
-        let dir = folder.path().join("plugins");
-        std::fs::create_dir(&dir).unwrap();
-        let runtime = Runtime::new(crate::plugin::RuntimeConfig::default()).unwrap();
-        let host = PluginHost::new(
-            runtime,
-            dir.clone(),
-            folder.path().join("versions"),
-            Policy::default(),
-        );
+        let (_folder, dir, host) = host_in_a_new_folder();
         let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
         let (change, _) = host.upload("echo", echo.clone()).await.unwrap();
         assert_eq!(change, Change::Loaded);
