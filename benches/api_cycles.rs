@@ -27,7 +27,7 @@ use maestro::plugin::{Policy, Runtime, RuntimeConfig};
 use maestro::serve::{Auth, PluginHost, ServeSettings};
 use maestro::store::{JobStore, SqliteStore};
 use maestro::worker::WorkerConfig;
-use maestro_benches::{cpu_time, median};
+use maestro_benches::{cpu_time, median, rate_with_range};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -44,12 +44,7 @@ struct Round {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let (engine, _cache) = maestro_benches::chat_engine(&rt, maestro_benches::ASK_THEN_FINISH);
-    let engine = Arc::new(engine);
+    let (rt, engine, _cache) = maestro_benches::threaded_chat_engine();
     let runner_sizes = maestro_benches::sizes_from_env("API_RUNNERS", &[4, 16]);
     let clients = maestro_benches::sizes_from_env("API_CLIENTS", &[32])[0];
     println!(
@@ -59,28 +54,15 @@ fn main() {
     println!("| runners | cycles/s | processor time per cycle | answer round trip p50 | p99 |");
     println!("|---:|---:|---:|---:|---:|");
     for runners in runner_sizes {
-        let mut rounds: Vec<Round> = (0..ROUNDS)
+        let rounds: Vec<Round> = (0..ROUNDS)
             .map(|_| rt.block_on(measure(&engine, runners, clients)))
             .collect();
-        let mut rates: Vec<f64> = rounds
-            .iter()
-            .map(|round| CYCLES as f64 / round.elapsed.as_secs_f64())
-            .collect();
-        rates.sort_by(f64::total_cmp);
         let mut cpu: Vec<Duration> = rounds.iter().map(|r| r.cpu_per_cycle).collect();
-        let mut p50: Vec<Duration> = rounds
-            .iter_mut()
-            .map(|r| quantile(&r.answers, 0.5))
-            .collect();
-        let mut p99: Vec<Duration> = rounds
-            .iter_mut()
-            .map(|r| quantile(&r.answers, 0.99))
-            .collect();
+        let mut p50: Vec<Duration> = rounds.iter().map(|r| quantile(&r.answers, 0.5)).collect();
+        let mut p99: Vec<Duration> = rounds.iter().map(|r| quantile(&r.answers, 0.99)).collect();
         println!(
-            "| {runners} | {:.0} ({:.0}–{:.0}) | {:.0} µs | {:.2} ms | {:.2} ms |",
-            rates[ROUNDS / 2],
-            rates[0],
-            rates[ROUNDS - 1],
+            "| {runners} | {} | {:.0} µs | {:.2} ms | {:.2} ms |",
+            rate_with_range(CYCLES, rounds.iter().map(|r| r.elapsed)),
             median(&mut cpu).as_secs_f64() * 1e6,
             median(&mut p50).as_secs_f64() * 1e3,
             median(&mut p99).as_secs_f64() * 1e3,

@@ -28,7 +28,7 @@ use maestro::engine::{CancelFlag, Engine, JobEvent, JobStatus, Observer};
 use maestro::plugin::Resume;
 use maestro::store::{JobStore, SqliteStore};
 use maestro::worker::{Worker, WorkerConfig};
-use maestro_benches::{cpu_time, median, stat_cpu_time};
+use maestro_benches::{cpu_time, median, rate_with_range, stat_cpu_time};
 use tokio::sync::Notify;
 
 const JOBS: usize = 10_000;
@@ -79,12 +79,7 @@ struct Round {
 const WRITER_THREAD: &str = "maestro-store-w";
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let (engine, _cache) = maestro_benches::chat_engine(&rt, maestro_benches::ASK_THEN_FINISH);
-    let engine = Arc::new(engine);
+    let (rt, engine, _cache) = maestro_benches::threaded_chat_engine();
     let sizes = maestro_benches::sizes_from_env("CYCLE_RUNNERS", &[1, 4, 16, 64]);
     println!("{JOBS} cycles per round, {ROUNDS} rounds per size: medians, with the rounds' range");
     println!(
@@ -96,21 +91,14 @@ fn main() {
         let rounds: Vec<Round> = (0..ROUNDS)
             .map(|_| measure(&rt, &engine, runners))
             .collect();
-        let mut rates: Vec<f64> = rounds
-            .iter()
-            .map(|round| JOBS as f64 / round.elapsed.as_secs_f64())
-            .collect();
-        rates.sort_by(f64::total_cmp);
         let mut per_cycle: Vec<Duration> = rounds.iter().map(|r| r.elapsed / JOBS as u32).collect();
         let mut cpu: Vec<Duration> = rounds.iter().map(|r| r.cpu_per_cycle).collect();
         let mut writer: Vec<Duration> = rounds.iter().map(|r| r.writer_per_cycle).collect();
         let mut written: Vec<u64> = rounds.iter().map(|r| r.written_per_cycle).collect();
         written.sort();
         println!(
-            "| {runners} | {:.0} ({:.0}–{:.0}) | {:.0} µs | {:.0} µs | {:.0} µs | {:.1} KB |",
-            rates[ROUNDS / 2],
-            rates[0],
-            rates[ROUNDS - 1],
+            "| {runners} | {} | {:.0} µs | {:.0} µs | {:.0} µs | {:.1} KB |",
+            rate_with_range(JOBS, rounds.iter().map(|r| r.elapsed)),
             median(&mut per_cycle).as_secs_f64() * 1e6,
             median(&mut cpu).as_secs_f64() * 1e6,
             median(&mut writer).as_secs_f64() * 1e6,

@@ -48,6 +48,33 @@ pub fn chat_engine(rt: &tokio::runtime::Runtime, script: &str) -> (Engine, tempf
     (engine, cache)
 }
 
+/// A tokio runtime on every core and [`chat_engine`] playing [`ASK_THEN_FINISH`] on it, shared
+/// by the rounds of a throughput bench. Keep the folder alive.
+pub fn threaded_chat_engine() -> (tokio::runtime::Runtime, Arc<Engine>, tempfile::TempDir) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let (engine, cache) = chat_engine(&rt, ASK_THEN_FINISH);
+    (rt, Arc::new(engine), cache)
+}
+
+/// Operations per second over rounds of `count` each: the median, with the rounds' range
+/// (`1613 (1457–1632)`).
+pub fn rate_with_range(count: usize, elapsed: impl IntoIterator<Item = Duration>) -> String {
+    let mut rates: Vec<f64> = elapsed
+        .into_iter()
+        .map(|elapsed| count as f64 / elapsed.as_secs_f64())
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    format!(
+        "{:.0} ({:.0}–{:.0})",
+        rates[rates.len() / 2],
+        rates[0],
+        rates[rates.len() - 1]
+    )
+}
+
 /// The middle sample (sorts them).
 pub fn median(samples: &mut [Duration]) -> Duration {
     samples.sort();
