@@ -229,9 +229,20 @@ async fn environment_shows_only_granted_variables() {
 #[tokio::test(flavor = "multi_thread")]
 async fn http_to_a_host_off_the_allowlist_is_denied() {
     let site = Site::start().await;
+    // Granted no HTTP: wasi:http is not even linked.
     let hostile = load(artifacts::HOSTILE, PluginPolicy::default()).await;
+    match call(&hostile, "http_get", json!({"url": site.url("/public")})).await {
+        Err(CallError::Denied(message)) => assert!(message.contains("wasi:http"), "{message}"),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+    // Granted another host: the gate refuses the request.
+    let elsewhere = load_with_toml(
+        artifacts::HOSTILE,
+        "[plugins.hostile]\nhttp_allow = [\"192.0.2.1:9\"]\n",
+    )
+    .await;
     assert_tool_error(
-        call(&hostile, "http_get", json!({"url": site.url("/public")})).await,
+        call(&elsewhere, "http_get", json!({"url": site.url("/public")})).await,
         "HttpRequestDenied",
     );
     assert_eq!(site.hits(), 0);

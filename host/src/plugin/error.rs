@@ -28,6 +28,11 @@ pub enum Limit {
         actual_bytes: usize,
     },
     Stack,
+    /// Host resources (streams, pollables, HTTP header blocks and bodies)
+    /// held at once.
+    HostResources {
+        cap: usize,
+    },
 }
 
 impl Limit {
@@ -39,6 +44,7 @@ impl Limit {
             Limit::WallClock { .. } => "wall-clock",
             Limit::Output { .. } => "output",
             Limit::Stack => "stack",
+            Limit::HostResources { .. } => "host-resources",
         }
     }
 }
@@ -75,6 +81,11 @@ impl std::fmt::Display for Limit {
             Limit::Stack => write!(
                 f,
                 "stack limit exceeded: the plugin overflowed its wasm stack"
+            ),
+            Limit::HostResources { cap } => write!(
+                f,
+                "host-resources limit exceeded: the plugin held more than {cap} host resources \
+                 (streams, HTTP header blocks, bodies) at once"
             ),
         }
     }
@@ -146,6 +157,13 @@ pub enum CallError {
     Trap { message: String, console: String },
     #[error("{message}")]
     Tool { message: String, retryable: bool },
+    /// The plugin returned an outcome the host cannot act on (a park with no
+    /// job ids, a login URL that is not a web address …).
+    #[error("the plugin returned an unusable outcome: {0}")]
+    BadOutcome(String),
+    /// The plugin used a capability its policy does not grant.
+    #[error("denied: {0}")]
+    Denied(String),
     /// Every instance slot of the runtime is taken by calls in flight.
     #[error("the host is at its limit of concurrent calls; try again shortly ({0})")]
     Overloaded(String),
@@ -161,6 +179,8 @@ impl CallError {
             CallError::Limit(_) => "limit",
             CallError::Trap { .. } => "trap",
             CallError::Tool { .. } => "tool-error",
+            CallError::Denied(_) => "denied",
+            CallError::BadOutcome(_) => "bad-outcome",
             CallError::Overloaded(_) => "overloaded",
             CallError::Host(_) => "host",
         }

@@ -170,6 +170,10 @@ type ResponseFuture = Box<
 >;
 
 impl WasiHttpHooks for HttpGate {
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        super::sandbox::BODY_CHUNK_BYTES
+    }
+
     fn send_request(
         &mut self,
         mut request: http::Request<WasiBody>,

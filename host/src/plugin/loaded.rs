@@ -14,8 +14,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmtime::component::Component;
-use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, InstancePre, ResourceTableError, ResourceType};
+use wasmtime::{CallHook, Store, StoreContextMut, Trap, UpdateDeadline};
 
 use super::cache::{CompiledFrom, content_hash};
 use super::capabilities::Capabilities;
@@ -24,8 +25,8 @@ use super::checks::{
 };
 use super::error::{CallError, Limit, LoadError};
 use super::policy::PluginPolicy;
-use super::runtime::{Runtime, TICK};
-use super::sandbox::{CallState, CompiledPolicy};
+use super::runtime::Runtime;
+use super::sandbox::{CallState, CompiledPolicy, HOST_CALL_FUEL, Metered};
 use super::types::{CallRequest, Outcome, ToolSpec};
 use super::wit::{TOOL_INTERFACE, latest};
 /// How a load went, for the CLI and the benchmarks.
@@ -97,11 +98,20 @@ impl Plugin {
         let compile_or_load = started.elapsed();
 
         let wrong_world = |detail: String| world_error(&component, runtime.engine(), detail);
+        let policy = Arc::new(CompiledPolicy::new(policy));
+        // Every import must be one the host can offer, granted or not: the
+        // world check does not depend on the policy.
         let instance_pre = runtime
             .inner
             .linker
             .instantiate_pre(&component)
             .map_err(|err| wrong_world(format!("an import cannot be satisfied: {err:#}")))?;
+        let instance_pre = if policy.grants_http() {
+            instance_pre
+        } else {
+            link_without_http(&runtime, &component)
+                .map_err(|err| wrong_world(format!("an import cannot be satisfied: {err:#}")))?
+        };
         let pre = latest::PluginPre::new(instance_pre).map_err(|err| {
             wrong_world(format!(
                 "the export `{TOOL_INTERFACE}` is missing or has the wrong shape: {err:#}"
@@ -109,7 +119,6 @@ impl Plugin {
         })?;
 
         let name: Arc<str> = name.into();
-        let policy = Arc::new(CompiledPolicy::new(policy, TICK));
         let mut plugin = Self {
             name,
             content_hash: hash,
@@ -198,23 +207,32 @@ impl Plugin {
                 )
             })
             .await?;
+        // One cap for everything a call hands back, errors and parks included.
+        let cap = self.policy.policy.max_output_bytes;
+        let over_cap = |actual: usize| {
+            (actual > cap).then_some(CallError::Limit(Limit::Output {
+                cap_bytes: cap,
+                actual_bytes: actual,
+            }))
+        };
         match result {
             Ok(outcome) => {
                 let outcome = Outcome::from(outcome);
-                let cap = self.policy.policy.max_output_bytes;
-                let actual = outcome.text_len();
-                if actual > cap {
-                    return Err(CallError::Limit(Limit::Output {
-                        cap_bytes: cap,
-                        actual_bytes: actual,
-                    }));
+                if let Some(error) = over_cap(outcome.text_len()) {
+                    return Err(error);
                 }
-                Ok(outcome)
+                match outcome.problem() {
+                    Some(problem) => Err(CallError::BadOutcome(problem)),
+                    None => Ok(outcome),
+                }
             }
-            Err(error) => Err(CallError::Tool {
-                message: error.message,
-                retryable: error.retryable,
-            }),
+            Err(error) => match over_cap(error.message.len()) {
+                Some(limit) => Err(limit),
+                None => Err(CallError::Tool {
+                    message: error.message,
+                    retryable: error.retryable,
+                }),
+            },
         }
     }
 
@@ -265,16 +283,19 @@ impl Plugin {
         let mut store = self.new_store(job_id, call_id)?;
         let policy = &self.policy.policy;
         let pre = &self.pre;
-        let outcome = tokio::time::timeout(policy.timeout, async {
-            let raw = pre.instance_pre().instantiate_async(&mut store).await?;
-            if shape == Shape::Check {
-                check_export_types(raw, &mut store)
-                    .map_err(|err| wasmtime::Error::new(WrongShape(err)))?;
-            }
-            let instance = latest::Plugin::new(&mut store, &raw)?;
-            body(instance, &mut store).await
-        })
-        .await;
+        let meter = store.data().limits.cpu_meter.clone();
+        let outcome = {
+            let call = std::pin::pin!(async {
+                let raw = pre.instance_pre().instantiate_async(&mut store).await?;
+                if shape == Shape::Check {
+                    check_export_types(raw, &mut store)
+                        .map_err(|err| wasmtime::Error::new(WrongShape(err)))?;
+                }
+                let instance = latest::Plugin::new(&mut store, &raw)?;
+                body(instance, &mut store).await
+            });
+            tokio::time::timeout(policy.timeout, Metered { inner: call, meter }).await
+        };
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(self.classify(&store, error)),
@@ -306,6 +327,9 @@ impl Plugin {
             store
                 .set_fuel(policy.fuel.unwrap_or(u64::MAX))
                 .map_err(|err| CallError::Host(err.to_string()))?;
+            if policy.fuel.is_some() {
+                store.call_hook(charge_host_calls);
+            }
         }
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(|mut ctx| {
@@ -331,6 +355,23 @@ impl Plugin {
     fn classify(&self, store: &Store<CallState>, error: wasmtime::Error) -> CallError {
         if let Some(WrongShape(detail)) = error.downcast_ref::<WrongShape>() {
             return CallError::Host(format!("{WRONG_SHAPE}{detail}"));
+        }
+        if error.chain().any(|cause| {
+            matches!(
+                cause.downcast_ref::<ResourceTableError>(),
+                Some(ResourceTableError::Full)
+            )
+        }) {
+            return CallError::Limit(Limit::HostResources {
+                cap: self.policy.max_resources,
+            });
+        }
+        if let Some(function) = denied_import(&error) {
+            return CallError::Denied(format!(
+                "the plugin called `{function}`, but the policy of `{}` grants no HTTP \
+                 (http_allow is empty), so wasi:http is not linked",
+                self.name
+            ));
         }
         if let Some(full) = error.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
             return CallError::Overloaded(full.to_string());
@@ -358,6 +399,101 @@ impl Plugin {
             console: tail(&console, 4096),
         }
     }
+}
+
+/// The instance-pre of a plugin that is granted no HTTP: linked without the host's
+/// `wasi:http`; the component's `wasi:http` imports, if it has any, are functions that refuse
+/// every call, so it loads and runs everything else.
+fn link_without_http(
+    runtime: &Runtime,
+    component: &Component,
+) -> wasmtime::Result<InstancePre<CallState>> {
+    let engine = runtime.engine();
+    let imports: Vec<(String, ComponentItem)> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, item)| (name.to_owned(), item.ty))
+        .collect();
+    if !imports
+        .iter()
+        .any(|(name, _)| name.starts_with(HTTP_IMPORTS))
+    {
+        return runtime.inner.linker_without_http.instantiate_pre(component);
+    }
+    // Resources that `wasi:http` only names (`use`s) from an interface the host links, such
+    // as `wasi:io`'s streams: those keep their own definition.
+    let provided: Vec<ResourceType> = imports
+        .iter()
+        .filter(|(name, _)| !name.starts_with(HTTP_IMPORTS))
+        .filter_map(|(_, item)| match item {
+            ComponentItem::ComponentInstance(instance) => Some(instance),
+            _ => None,
+        })
+        .flat_map(|instance| instance.exports(engine))
+        .filter_map(|(_, item)| match item.ty {
+            ComponentItem::Resource(resource) => Some(resource),
+            _ => None,
+        })
+        .collect();
+    let mut linker = runtime.inner.linker_without_http.clone();
+    for (name, item) in &imports {
+        let ComponentItem::ComponentInstance(instance) = item else {
+            continue;
+        };
+        if !name.starts_with(HTTP_IMPORTS) {
+            continue;
+        }
+        let mut refused = linker.instance(name)?;
+        for (export, item) in instance.exports(engine) {
+            match item.ty {
+                ComponentItem::ComponentFunc(_) => {
+                    let function = format!("{name}#{export}");
+                    refused.func_new(export, move |_, _, _, _| {
+                        Err(wasmtime::Error::new(HttpNotGranted(function.clone())))
+                    })?;
+                }
+                ComponentItem::Resource(resource) if !provided.contains(&resource) => {
+                    refused.resource(export, ResourceType::host::<HttpNotGranted>(), |_, _| {
+                        Ok(())
+                    })?;
+                }
+                _ => {}
+            }
+        }
+    }
+    linker.instantiate_pre(component)
+}
+
+const HTTP_IMPORTS: &str = "wasi:http/";
+
+/// A call into `wasi:http` by a plugin whose policy grants no HTTP: the function it called.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} is not linked: this plugin is granted no HTTP")]
+struct HttpNotGranted(String);
+
+/// The `wasi:http` function a call was refused in because it is not linked.
+fn denied_import(error: &wasmtime::Error) -> Option<String> {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<HttpNotGranted>())
+        .map(|denied| denied.0.clone())
+}
+
+/// Charges [`HOST_CALL_FUEL`] for every call into the host, so a fuel budget
+/// bounds the host work a guest asks for as well as its own instructions.
+fn charge_host_calls(
+    mut store: StoreContextMut<'_, CallState>,
+    hook: CallHook,
+) -> wasmtime::Result<()> {
+    if !matches!(hook, CallHook::CallingHost) {
+        return Ok(());
+    }
+    let left = store.get_fuel()?;
+    if left < HOST_CALL_FUEL {
+        store.set_fuel(0)?;
+        return Err(Trap::OutOfFuel.into());
+    }
+    store.set_fuel(left - HOST_CALL_FUEL)
 }
 
 /// Whether a run checks the export signatures first (once, at load; the

@@ -27,6 +27,6 @@ pub use policy::{DirGrant, MAX_MEMORY_MIB, PluginPolicy, Policy, PolicyError};
 pub(crate) use policy::{key_at, locate};
 pub use runtime::{Runtime, RuntimeConfig, TICK, default_cache_dir};
 pub use types::{
-    CallRequest, LoginRequest, Outcome, Park, Resume, SubtaskResult, SubtaskStatus, Terminal,
-    ToolRequest, ToolSpec,
+    CallRequest, LIST_ELEMENT_BYTES, LoginRequest, MAX_AWAITED_SUBTASKS, Outcome, Park, Resume,
+    SubtaskResult, SubtaskStatus, Terminal, ToolRequest, ToolSpec,
 };

@@ -1,7 +1,8 @@
 //! The plugin runtime: one wasmtime `Engine` (pooling allocator, epoch
-//! interruption, optional fuel), one `Linker` with WASI 0.2, `wasi:http` and
-//! the `maestro:tool/host` capabilities, the compiled-code cache, and the
-//! epoch ticker that drives CPU and wall-clock limits.
+//! interruption, optional fuel), two `Linker`s with WASI 0.2 and the
+//! `maestro:tool/host` capabilities (one with `wasi:http` for plugins granted
+//! HTTP, one without for the rest), the compiled-code cache, and the epoch
+//! ticker that drives CPU and wall-clock limits.
 //!
 //! Invariant: the engine configuration is fixed at construction, so every
 //! compiled artifact and every `InstancePre` made from it stays valid for the
@@ -74,7 +75,11 @@ pub struct Runtime {
 
 pub(super) struct RuntimeInner {
     pub engine: Engine,
+    /// WASI, `wasi:http` and the host interface.
     pub linker: Linker<CallState>,
+    /// WASI and the host interface: a plugin whose policy grants no HTTP never
+    /// reaches the host's `wasi:http` code (its header blocks and bodies).
+    pub linker_without_http: Linker<CallState>,
     pub cache: Option<CompiledCache>,
     pub ticker: EpochTicker,
     pub fuel: bool,
@@ -84,10 +89,14 @@ pub(super) struct RuntimeInner {
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
         let engine = Engine::new(&engine_config(&config))?;
-        let mut linker = Linker::<CallState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        let mut linker_without_http = Linker::<CallState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker_without_http)?;
+        latest::Plugin::add_to_linker::<CallState, HasSelf<CallState>>(
+            &mut linker_without_http,
+            |state| state,
+        )?;
+        let mut linker = linker_without_http.clone();
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-        latest::Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
         let cache = match &config.cache_dir {
             Some(dir) => Some(CompiledCache::new(dir.clone(), &engine).map_err(|err| {
                 anyhow::anyhow!("cannot use cache directory {}: {err}", dir.display())
@@ -99,6 +108,7 @@ impl Runtime {
             inner: Arc::new(RuntimeInner {
                 engine,
                 linker,
+                linker_without_http,
                 cache,
                 ticker,
                 fuel: config.fuel,

@@ -5,12 +5,16 @@
 //! its `Store`; it grants only what the policy lists (no inherited env,
 //! stdio, sockets, or directories) and records the first limit the guest
 //! breaks in `limits.exceeded`, so the caller can name it whatever shape the
-//! resulting trap takes.
+//! resulting trap takes. The limits cover the host's own work for the call
+//! too: host resources are capped in number and in size in proportion to the
+//! memory cap, and the CPU cap counts the time host calls take, not only guest
+//! code.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
@@ -22,23 +26,57 @@ use super::error::Limit;
 use super::http::{HttpGate, HttpPolicy};
 use super::policy::PluginPolicy;
 
+/// Host memory one live resource (an HTTP header block, a buffered outgoing
+/// body, a stream) may pin at most: `FIELD_BYTES` and two `BODY_CHUNK_BYTES`
+/// chunks both fit.
+const HOST_BYTES_PER_RESOURCE: u64 = 128 << 10;
+/// Bytes of one header block (`wasi:http` fields) in host memory.
+pub const FIELD_BYTES: usize = 64 << 10;
+/// Bytes of one write to an outgoing HTTP body; one more chunk may wait in
+/// the host's buffer.
+pub const BODY_CHUNK_BYTES: usize = 64 << 10;
+/// Largest `get-random-bytes` answer, allocated by the host before the guest
+/// sees it.
+pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
+/// Bounds of the live-resource cap, whatever the memory cap: enough for a
+/// CPython or JavaScript guest's streams and pollables, few enough that a
+/// full table stays small.
+const MIN_RESOURCES: usize = 256;
+const MAX_RESOURCES: usize = 32_768;
+/// Fuel one host call costs when the policy sets a fuel budget: without it a
+/// guest could spend the host's time in a loop of cheap wasm around costly
+/// host calls.
+pub const HOST_CALL_FUEL: u64 = 1_000;
+
 /// A plugin's policy, prepared once at load and shared by its calls.
 #[derive(Debug)]
 pub struct CompiledPolicy {
     pub policy: PluginPolicy,
     pub http: Arc<HttpPolicy>,
-    /// Epoch ticks of guest execution allowed per call.
-    pub cpu_ticks: u64,
+    /// Host resources a call may hold at once: the memory cap divided by what
+    /// one resource may pin, so host memory stays within about that cap too.
+    pub max_resources: usize,
+    /// Largest random block the guest may ask the host for.
+    pub max_random_bytes: u64,
 }
 
 impl CompiledPolicy {
-    pub fn new(policy: PluginPolicy, tick: std::time::Duration) -> Self {
-        let cpu_ticks = (policy.cpu.as_nanos() / tick.as_nanos().max(1)).max(1) as u64;
+    pub fn new(policy: PluginPolicy) -> Self {
+        let max_resources = usize::try_from(policy.memory_bytes / HOST_BYTES_PER_RESOURCE)
+            .unwrap_or(MAX_RESOURCES)
+            .clamp(MIN_RESOURCES, MAX_RESOURCES);
         Self {
             http: Arc::new(policy.http.clone()),
+            max_random_bytes: MAX_RANDOM_BYTES.min(policy.memory_bytes),
+            max_resources,
             policy,
-            cpu_ticks,
         }
+    }
+
+    /// Whether the policy lets the plugin reach anything over HTTP; without
+    /// it `wasi:http` is not linked at all.
+    pub fn grants_http(&self) -> bool {
+        !self.http.allow.is_empty()
     }
 }
 
@@ -66,7 +104,8 @@ impl CallState {
             .stderr(console.clone())
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false);
+            .allow_ip_name_lookup(false)
+            .max_random_size(compiled.max_random_bytes);
         for (name, value) in &policy.env {
             wasi.env(name, value);
         }
@@ -78,19 +117,22 @@ impl CallState {
             };
             wasi.preopened_dir(&dir.host, &dir.guest, perms)?;
         }
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(FIELD_BYTES);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(compiled.max_resources);
         Ok(Self {
             wasi: wasi.build(),
-            http: WasiHttpCtx::new(),
+            http,
             gate: HttpGate {
                 policy: compiled.http.clone(),
                 plugin: plugin.clone(),
             },
-            table: ResourceTable::new(),
+            table,
             limits: CallLimits {
                 memory_cap: policy.memory_bytes,
                 memory_used: 0,
-                cpu_ticks_cap: compiled.cpu_ticks,
-                cpu_ticks: 0,
+                cpu_meter: Arc::new(CpuMeter::default()),
                 cpu: policy.cpu,
                 deadline: Instant::now() + policy.timeout,
                 timeout: policy.timeout,
@@ -125,11 +167,11 @@ impl WasiHttpView for CallState {
 pub struct CallLimits {
     memory_cap: u64,
     memory_used: u64,
-    cpu_ticks_cap: u64,
-    cpu_ticks: u64,
-    cpu: std::time::Duration,
+    /// Shared with the [`Metered`] future that runs the call.
+    pub cpu_meter: Arc<CpuMeter>,
+    cpu: Duration,
     deadline: Instant,
-    timeout: std::time::Duration,
+    timeout: Duration,
     /// The first limit the guest broke.
     pub exceeded: Option<Limit>,
 }
@@ -147,11 +189,10 @@ impl CallLimits {
     }
 
     /// Called by the epoch callback about once per tick while guest code
-    /// runs (a host call that blocks for many ticks counts as one): a count
-    /// of ticks spent executing the guest, plus the wall-clock deadline.
+    /// runs: the processor time of the call so far (guest code and the host
+    /// calls it made, however long each took), plus the wall-clock deadline.
     pub fn on_epoch(&mut self) -> wasmtime::Result<()> {
-        self.cpu_ticks += 1;
-        if self.cpu_ticks > self.cpu_ticks_cap {
+        if self.cpu_meter.used() > self.cpu {
             return Err(self.breach(Limit::Cpu { cap: self.cpu }));
         }
         if Instant::now() >= self.deadline {
@@ -194,6 +235,73 @@ impl wasmtime::ResourceLimiter for CallLimits {
         // Table elements are pointers in host memory: bound them by the same
         // cap so a guest cannot use tables to get around it.
         Ok((desired as u64).saturating_mul(8) <= self.memory_cap)
+    }
+}
+
+/// The time a call has spent running on a thread: the sum of the polls of
+/// its future. Guest code and synchronous host work happen inside a poll;
+/// waits (an HTTP response, a blocking file read, a yield to the executor)
+/// return `Pending` and are not counted.
+#[derive(Debug)]
+pub struct CpuMeter {
+    origin: Instant,
+    /// Nanoseconds of finished polls.
+    used: AtomicU64,
+    /// When the poll in progress started, in nanoseconds after `origin` plus
+    /// one; 0 while no poll runs.
+    running_since: AtomicU64,
+}
+
+impl Default for CpuMeter {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            used: AtomicU64::new(0),
+            running_since: AtomicU64::new(0),
+        }
+    }
+}
+
+impl CpuMeter {
+    fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64 + 1
+    }
+
+    /// Time used so far, the poll in progress included.
+    pub fn used(&self) -> Duration {
+        let mut used = self.used.load(Ordering::Relaxed);
+        let since = self.running_since.load(Ordering::Relaxed);
+        if since != 0 {
+            used += self.now().saturating_sub(since);
+        }
+        Duration::from_nanos(used)
+    }
+
+    fn enter(&self) {
+        self.running_since.store(self.now(), Ordering::Relaxed);
+    }
+
+    fn leave(&self) {
+        let since = self.running_since.swap(0, Ordering::Relaxed);
+        self.used
+            .fetch_add(self.now().saturating_sub(since), Ordering::Relaxed);
+    }
+}
+
+/// A call's future, timed by its [`CpuMeter`].
+pub struct Metered<F> {
+    pub inner: F,
+    pub meter: Arc<CpuMeter>,
+}
+
+impl<F: Future + Unpin> Future for Metered<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.meter.enter();
+        let result = Pin::new(&mut self.inner).poll(cx);
+        self.meter.leave();
+        result
     }
 }
 

@@ -126,8 +126,15 @@ pub enum SubtaskStatus {
     Failed,
 }
 
+/// What one list element costs against the output cap beyond its text: the
+/// host keeps a string per element, so a list of empty strings is not free.
+pub const LIST_ELEMENT_BYTES: usize = 24;
+
+/// Child jobs one `subtasks` park may wait for.
+pub const MAX_AWAITED_SUBTASKS: usize = 256;
+
 impl Outcome {
-    /// Bytes of text the outcome carries: what the output-size cap counts.
+    /// Bytes the outcome carries: what the output-size cap counts.
     pub fn text_len(&self) -> usize {
         match self {
             Outcome::Output(text) => text.len(),
@@ -137,7 +144,60 @@ impl Outcome {
             Outcome::Park(Park::ToolRequest(request)) => {
                 request.tool.len() + request.reason.len() + request.arguments.len()
             }
-            Outcome::Park(Park::Subtasks(ids)) => ids.iter().map(String::len).sum(),
+            Outcome::Park(Park::Subtasks(ids)) => {
+                ids.iter().map(|id| id.len() + LIST_ELEMENT_BYTES).sum()
+            }
+        }
+    }
+
+    /// Why the host cannot act on this outcome, if it cannot: each field of a
+    /// park is checked here, at the boundary, before anything stores or shows it.
+    pub fn problem(&self) -> Option<String> {
+        match self {
+            Outcome::Park(Park::Subtasks(ids)) => {
+                if ids.is_empty() {
+                    Some("park subtasks: the list of job ids is empty, so nothing would end the wait".into())
+                } else if ids.len() > MAX_AWAITED_SUBTASKS {
+                    Some(format!(
+                        "park subtasks: {} job ids, more than the {MAX_AWAITED_SUBTASKS} one park may wait for",
+                        ids.len()
+                    ))
+                } else if ids.iter().any(|id| id.trim().is_empty()) {
+                    Some("park subtasks: a job id is empty".into())
+                } else {
+                    None
+                }
+            }
+            Outcome::Park(Park::BrowserLogin(login)) => {
+                let scheme = login.url.split_once("://").map(|(scheme, _)| scheme);
+                let web = scheme.is_some_and(|s| {
+                    s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https")
+                });
+                if !web
+                    || login
+                        .url
+                        .chars()
+                        .any(|c| c.is_control() || c.is_whitespace())
+                {
+                    Some(format!(
+                        "park browser-login: the url must be an http or https address without \
+                         spaces or control characters, not {:?}",
+                        login.url.chars().take(200).collect::<String>()
+                    ))
+                } else {
+                    None
+                }
+            }
+            Outcome::Park(Park::ToolRequest(request)) => {
+                match serde_json::from_str::<serde_json::Value>(&request.arguments) {
+                    Ok(serde_json::Value::Object(_)) => None,
+                    _ => Some(format!(
+                        "park tool-request: the arguments for `{}` must be a JSON object",
+                        request.tool
+                    )),
+                }
+            }
+            _ => None,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Test plugin whose tools misbehave on purpose, so the host's sandbox can be
 //! tested against them: endless CPU, sleep, memory and stack use, a panic,
-//! oversized output, and attempts to reach files, environment variables, the
+//! oversized output, host resources and host work, and attempts to reach files, environment variables, the
 //! network and child jobs that the policy may or may not grant.
 //!
 //! `std::hint::black_box` guards every pointless computation: without it the
@@ -14,7 +14,8 @@ use std::time::Duration;
 use maestro_guest::http;
 use maestro_guest::serde_json::{Map, Value, json};
 use maestro_guest::{
-    Call, Guest, Outcome, ToolError, ToolSpec, host, output_json, parse_args, spec,
+    Call, Guest, LoginRequest, Outcome, Park, ToolError, ToolRequest, ToolSpec, host, output_json,
+    parse_args, spec,
 };
 use serde::Deserialize;
 
@@ -53,6 +54,32 @@ struct WriteArgs {
 #[derive(Deserialize)]
 struct UrlArgs {
     url: String,
+}
+
+#[derive(Deserialize)]
+struct FloodArgs {
+    /// Keep every header block alive instead of dropping it.
+    keep: bool,
+}
+
+#[derive(Deserialize)]
+struct RandomArgs {
+    bytes: u64,
+}
+
+#[derive(Deserialize)]
+struct HostCallsArgs {
+    count: u64,
+}
+
+#[derive(Deserialize)]
+struct JobIdsArgs {
+    job_ids: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct ArgumentsArgs {
+    arguments: String,
 }
 
 #[derive(Deserialize)]
@@ -124,6 +151,25 @@ fn recurse(depth: u64) -> u64 {
         return 0;
     }
     recurse(depth + 1).wrapping_add(u64::from(frame[(depth % 7) as usize]))
+}
+
+/// Makes `wasi:http` header blocks of about 60 KB in a loop, through
+/// `fields.from-list`, which needs no grant to reach the host: the memory
+/// they take is the host's, outside the guest's linear memory.
+fn header_flood(keep: bool) -> Result<Outcome, ToolError> {
+    use wasi::http::types::Fields;
+    let headers: Vec<(String, Vec<u8>)> = (0..60)
+        .map(|index| (format!("x-flood-{index}"), vec![b'a'; 1000]))
+        .collect();
+    loop {
+        let fields = Fields::from_list(&headers)
+            .map_err(|err| ToolError::permanent(format!("fields.from-list: {err:?}")))?;
+        if keep {
+            std::mem::forget(fields);
+        } else {
+            black_box(fields.entries().len());
+        }
+    }
 }
 
 fn read_file(path: &str) -> Result<Outcome, ToolError> {
@@ -218,6 +264,41 @@ impl Guest for Hostile {
                 object(json!({"url": string()})),
             ),
             spec(
+                "header_flood",
+                "Creates wasi:http header blocks for ever, keeping them if `keep`.",
+                object(json!({"keep": {"type": "boolean"}})),
+            ),
+            spec(
+                "random_bytes",
+                "Asks the host for `bytes` random bytes and returns how many came.",
+                object(json!({"bytes": count()})),
+            ),
+            spec(
+                "host_calls",
+                "Makes `count` cheap host calls (get-random-u64).",
+                object(json!({"count": count()})),
+            ),
+            spec(
+                "huge_error",
+                "Fails with a tool error of `bytes` bytes of 'x'.",
+                object(json!({"bytes": count()})),
+            ),
+            spec(
+                "park_subtasks",
+                "Parks on the child jobs `job_ids`, whatever they are.",
+                object(json!({"job_ids": {"type": "array", "items": string()}})),
+            ),
+            spec(
+                "park_login",
+                "Parks for a browser login at `url`, whatever it is.",
+                object(json!({"url": string()})),
+            ),
+            spec(
+                "park_tool_request",
+                "Parks asking to run `echo` with `arguments` as they are.",
+                object(json!({"arguments": string()})),
+            ),
+            spec(
                 "spawn_subtask",
                 "Asks the host to start a child job running `piece` with `input`.",
                 object(json!({"piece": string(), "input": string()})),
@@ -254,6 +335,37 @@ impl Guest for Hostile {
             }
             "read_env" => Ok(read_env()),
             "http_get" => http_get(&parse_args::<UrlArgs>(&call)?.url),
+            "huge_error" => {
+                let args: HugeOutputArgs = parse_args(&call)?;
+                Err(ToolError::permanent("x".repeat(args.bytes)))
+            }
+            "park_subtasks" => Ok(Outcome::Park(Park::Subtasks(
+                parse_args::<JobIdsArgs>(&call)?.job_ids,
+            ))),
+            "park_login" => Ok(Outcome::Park(Park::BrowserLogin(LoginRequest {
+                url: parse_args::<UrlArgs>(&call)?.url,
+                reason: "hostile".into(),
+            }))),
+            "park_tool_request" => Ok(Outcome::Park(Park::ToolRequest(ToolRequest {
+                tool: "echo".into(),
+                reason: "hostile".into(),
+                arguments: parse_args::<ArgumentsArgs>(&call)?.arguments,
+            }))),
+            "header_flood" => header_flood(parse_args::<FloodArgs>(&call)?.keep),
+            "random_bytes" => {
+                let bytes = parse_args::<RandomArgs>(&call)?.bytes;
+                let block = wasi::random::random::get_random_bytes(bytes);
+                Ok(Outcome::Output(block.len().to_string()))
+            }
+            "host_calls" => {
+                let count = parse_args::<HostCallsArgs>(&call)?.count;
+                let mut mix = 0u64;
+                for _ in 0..count {
+                    mix ^= wasi::random::random::get_random_u64();
+                }
+                black_box(mix);
+                Ok(Outcome::Output(format!("made {count} host calls")))
+            }
             "spawn_subtask" => {
                 let args: SpawnArgs = parse_args(&call)?;
                 host::spawn_subtask(&args.piece, &args.input)
