@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use super::auth::{Auth, require_token};
+use super::guard::{Guard, guard_requests};
 use super::live::{Hub, Notice, feed, job_stream};
 use super::plugins::{Change, PluginHost, PluginRequestError};
 use crate::engine::{Engine, JobEvent, JobState, JobStatus, job_session};
@@ -39,6 +40,7 @@ pub struct AppState {
     /// Wakes idle runners when a job becomes runnable here.
     pub wake: Arc<Notify>,
     pub auth: Auth,
+    pub guard: Guard,
     pub max_upload_bytes: usize,
 }
 
@@ -78,14 +80,51 @@ pub fn router(state: Arc<AppState>) -> Router {
             require_token,
         ));
     Router::new()
-        .route("/", get(|| async { Html(INBOX_PAGE) }))
+        .route("/", get(inbox_page))
         .route(
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
         .nest("/v1", api)
         .fallback(no_such_endpoint)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard_requests,
+        ))
         .with_state(state)
+}
+
+/// The inbox page under a content security policy that lets it run only its own script and
+/// style (by hash), talk only to this server, and never be framed.
+async fn inbox_page() -> Response {
+    static POLICY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let hash = |open: &str, close: &str| {
+            use base64::Engine as _;
+            use sha2::Digest as _;
+            let start = INBOX_PAGE.find(open).expect("the page has the element") + open.len();
+            let end = start + INBOX_PAGE[start..].find(close).expect("the element ends");
+            let digest = sha2::Sha256::digest(&INBOX_PAGE.as_bytes()[start..end]);
+            format!(
+                "'sha256-{}'",
+                base64::engine::general_purpose::STANDARD.encode(digest)
+            )
+        };
+        format!(
+            "default-src 'none'; script-src {}; style-src {}; connect-src 'self'; \
+             img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            hash("<script>", "</script>"),
+            hash("<style>", "</style>"),
+        )
+    });
+    (
+        [
+            (header::CONTENT_SECURITY_POLICY, POLICY.as_str()),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+        ],
+        Html(INBOX_PAGE),
+    )
+        .into_response()
 }
 
 async fn no_such_endpoint() -> ApiError {
@@ -123,6 +162,10 @@ impl ApiError {
             code,
             message: message.into(),
         }
+    }
+
+    pub fn code(&self) -> &'static str {
+        self.code
     }
 
     fn bad_request(message: impl Into<String>) -> Self {
@@ -386,10 +429,11 @@ struct LoginBody {
     wait: Option<u32>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ApproveBody {
-    wait: Option<u32>,
+    /// An approval names the wait it approves, so it can never approve a later call.
+    wait: u32,
 }
 
 #[derive(Deserialize)]
@@ -431,10 +475,9 @@ async fn login(
 async fn approve(
     State(state): Shared,
     Path(id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    Body(body): Body<ApproveBody>,
 ) -> ApiResult {
-    let body: ApproveBody = optional_body(&raw_body(body)?)?;
-    state.resume(&id, Resume::Approved, body.wait).await
+    state.resume(&id, Resume::Approved, Some(body.wait)).await
 }
 
 async fn deny(

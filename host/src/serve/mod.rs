@@ -8,6 +8,7 @@
 
 mod api;
 mod auth;
+mod guard;
 mod live;
 mod plugins;
 mod watch;
@@ -22,6 +23,7 @@ use tokio::sync::Notify;
 
 pub use api::{ApiError, AppState, router};
 pub use auth::Auth;
+pub use guard::Guard;
 pub use live::{Hub, Notice};
 pub use plugins::{Change, FailureSource, LoadFailure, PluginHost, PluginStatus, ServingState};
 pub use watch::{FolderWatch, watch_folder};
@@ -94,6 +96,7 @@ pub async fn start(
         plugins,
         hub,
         wake,
+        guard: Guard::new(addr, settings.auth.is_open()),
         auth: settings.auth,
         max_upload_bytes: settings.max_upload_bytes,
     });
