@@ -214,6 +214,8 @@ turns:
 "#;
     let h = harness(RESEARCH, script, "", EngineLimits::default()).await;
     let mut job = h.job("Research the topic");
+    // The job started these two (the job layer records them as it spawns them).
+    job.children = vec!["child-a".into(), "child-b".into()];
     let result = h.run(&mut job, None).await;
     let PieceRunResult::WaitingSubtasks {
         resume_movement,

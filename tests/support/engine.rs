@@ -29,9 +29,24 @@ pub async fn harness(
     policy_toml: &str,
     limits: EngineLimits,
 ) -> Harness {
+    harness_with(piece_yaml, script_yaml, policy_toml, limits, &[]).await
+}
+
+/// [`harness`] with more plugins beside the first-party ones and `echo`.
+pub async fn harness_with(
+    piece_yaml: &str,
+    script_yaml: &str,
+    policy_toml: &str,
+    limits: EngineLimits,
+    extra: &[&str],
+) -> Harness {
     let policy = Policy::parse(policy_toml, "test-policy.toml").expect("test policy parses");
     let mut plugins = Vec::new();
-    for path in artifacts::FIRST_PARTY.iter().chain([&artifacts::ECHO]) {
+    for path in artifacts::FIRST_PARTY
+        .iter()
+        .chain([&artifacts::ECHO])
+        .chain(extra)
+    {
         let name = Path::new(path).file_stem().unwrap().to_string_lossy();
         let plugin = runtime()
             .load_file(Path::new(path), policy.for_plugin(&name))

@@ -330,6 +330,16 @@ async fn invoke(
             Flow::Finish(MovementResult::abort(reason))
         }
         Ok(Outcome::Park(park)) => {
+            if let Park::Subtasks(job_ids) = &park
+                && let Err(problem) = awaitable(cx, job, job_ids)
+            {
+                let error = crate::plugin::CallError::BadOutcome(problem);
+                answer(cx, job, &call_id, &tool, error.to_json().to_string(), true);
+                return Flow::Continue;
+            }
+            if let Some(result) = park_limit(cx, job, &call_id, &tool) {
+                return Flow::Finish(result);
+            }
             let (sentinel, reason, wait_request) = match park {
                 Park::Ask(question) => (
                     Sentinel::Ask,
@@ -376,6 +386,68 @@ async fn invoke(
             Flow::Finish(MovementResult::park(sentinel, resume_movement, wait))
         }
     }
+}
+
+/// Whether a job may wait for `job_ids`: only its own children, never itself or another job
+/// (whose result is not its to read).
+fn awaitable(cx: &LoopContext<'_>, job: &mut JobState, job_ids: &[String]) -> Result<(), String> {
+    learn_children(cx, job);
+    let strangers: Vec<&str> = job_ids
+        .iter()
+        .filter(|id| !job.children.contains(id))
+        .map(String::as_str)
+        .collect();
+    if strangers.is_empty() {
+        return Ok(());
+    }
+    let (verb, noun) = if strangers.len() == 1 {
+        ("is", "a subtask")
+    } else {
+        ("are", "subtasks")
+    };
+    Err(format!(
+        "park subtasks: {} {verb} not {noun} of this job; a job may wait only for the \
+         subtasks it started",
+        strangers.join(", ")
+    ))
+}
+
+/// Adds the children the job layer has started for `job` to its list.
+fn learn_children(cx: &LoopContext<'_>, job: &mut JobState) {
+    if let Some(lookup) = cx.child_jobs {
+        for child in lookup.children(&job.id) {
+            if !job.children.contains(&child) {
+                job.children.push(child);
+            }
+        }
+    }
+}
+
+/// Counts a park of this movement; past the limit the call is answered and the job aborted.
+fn park_limit(
+    cx: &LoopContext<'_>,
+    job: &mut JobState,
+    call_id: &str,
+    tool: &str,
+) -> Option<MovementResult> {
+    job.movement_parks += 1;
+    if job.movement_parks <= cx.limits.max_parks_per_movement {
+        return None;
+    }
+    let reason = format!(
+        "movement `{}` parked {} times, the most allowed ({}): a tool that parks again each \
+         time it is resumed would never end",
+        job.movement, job.movement_parks, cx.limits.max_parks_per_movement
+    );
+    answer(
+        cx,
+        job,
+        call_id,
+        tool,
+        format!("Not parked: {reason}."),
+        true,
+    );
+    Some(MovementResult::guard(Guard::ParkLimit, reason))
 }
 
 /// The answer to a park of this movement: re-invoke the parked call, or settle the approval.
@@ -507,13 +579,7 @@ fn transition(
                 answer(cx, job, &call.id, &call.name, note.into(), true);
                 return Flow::Continue;
             };
-            if let Some(lookup) = cx.child_jobs {
-                for child in lookup.children(&job.id) {
-                    if !job.children.contains(&child) {
-                        job.children.push(child);
-                    }
-                }
-            }
+            learn_children(cx, job);
             if job.children.is_empty() {
                 // Nothing would ever end the wait: refuse instead of parking forever.
                 let note = "This job has started no subtasks, so there is nothing to wait for; \
@@ -525,6 +591,9 @@ fn transition(
                 "Waiting for the subtasks; the piece continues at `{}` with their results.",
                 resume_at.value
             );
+            if let Some(result) = park_limit(cx, job, &call.id, &call.name) {
+                return Flow::Finish(result);
+            }
             answer(cx, job, &call.id, &call.name, note, false);
             let wait = Wait {
                 id: 0,

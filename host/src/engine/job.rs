@@ -249,6 +249,10 @@ pub struct JobState {
     /// Parks so far; the current wait's id.
     #[serde(default)]
     pub parks: u32,
+    /// Parks by tools (and rule waits) in the current movement: the park-limit guard, which
+    /// stops a tool that parks again each time it is resumed.
+    #[serde(default)]
+    pub movement_parks: u32,
     /// Tool calls (not transitions) since a human last acted: the phase machine's tool-loop
     /// burst count, kept here so that a resume in another process goes on counting.
     #[serde(default)]
@@ -289,6 +293,7 @@ impl JobState {
             text_only_streak: 0,
             asks: 0,
             parks: 0,
+            movement_parks: 0,
             burst: 0,
             max_burst: default_max_burst(),
             wait: None,

@@ -45,6 +45,9 @@ pub struct EngineLimits {
     /// Tool calls a job may make between two human actions; the call that reaches it waits
     /// for a human's go-ahead (the phase machine's tool-loop burst limit).
     pub max_burst: u32,
+    /// Parks a movement may make (tools and rule waits); the next one aborts the job. A tool
+    /// that parks again every time it is resumed would otherwise cycle for ever.
+    pub max_parks_per_movement: u32,
 }
 
 impl Default for EngineLimits {
@@ -54,6 +57,7 @@ impl Default for EngineLimits {
             max_text_only: 3,
             max_asks: 8,
             max_burst: crate::phase::DEFAULT_MAX_BURST,
+            max_parks_per_movement: 32,
         }
     }
 }

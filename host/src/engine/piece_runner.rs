@@ -33,6 +33,7 @@ pub enum Guard {
     TextOnlyLimit,
     AskLimit,
     BurstLimit,
+    ParkLimit,
 }
 
 impl Guard {
@@ -43,6 +44,7 @@ impl Guard {
             Guard::TextOnlyLimit => "text_only_limit",
             Guard::AskLimit => "ask_limit",
             Guard::BurstLimit => "burst_limit",
+            Guard::ParkLimit => "park_limit",
         }
     }
 }
@@ -327,6 +329,7 @@ pub(crate) async fn run_piece(
             job.movements_entered += 1;
             job.entered = true;
             job.turns = 0;
+            job.movement_parks = 0;
             job.text_only_streak = 0;
             cx.emit(
                 job,

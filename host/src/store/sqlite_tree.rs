@@ -23,7 +23,8 @@ pub enum CancelOutcome {
 
 impl Db {
     /// Makes `parent` runnable with its children's results if it waits for subtasks and every
-    /// child it waits for has ended. Ids that name no job are left out; the tool reports them.
+    /// child it waits for has ended. Ids that name no child of `parent` are left out (the tool
+    /// reports them as missing): no job reads another's result.
     pub(super) fn release_parent(
         &self,
         tx: &rusqlite::Connection,
@@ -46,8 +47,8 @@ impl Db {
         for id in job_ids {
             let child = tx
                 .row_cached(
-                    "SELECT status, state FROM jobs WHERE id = ?1",
-                    [id],
+                    "SELECT status, state FROM jobs WHERE id = ?1 AND parent = ?2",
+                    rusqlite::params![id, parent],
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)),
                 )
                 .optional()
