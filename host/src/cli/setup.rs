@@ -82,7 +82,7 @@ pub struct ServerSection {
     /// `IP:port` [default: 127.0.0.1:7070].
     pub listen: Option<String>,
     /// Bearer tokens the API accepts; none: the server must listen on loopback.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "secret_list")]
     pub tokens: Vec<String>,
     pub runners: Option<usize>,
     pub lease_ms: Option<u64>,
@@ -107,6 +107,38 @@ impl std::fmt::Debug for ServerSection {
             .field("archive", &self.archive)
             .finish()
     }
+}
+
+/// A list of secrets whose errors never quote what was written: a token typed as a string
+/// instead of a list is still a token.
+fn secret_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    struct Secrets;
+    impl<'de> serde::de::Visitor<'de> for Secrets {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of strings, e.g. [\"…\"]")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Err(E::custom(
+                "must be a list of strings, e.g. tokens = [\"…\"], not a single string \
+                 (its value is not shown: it may be a secret)",
+            ))
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut secrets = Vec::new();
+            while let Some(secret) = seq.next_element::<String>()? {
+                secrets.push(secret);
+            }
+            Ok(secrets)
+        }
+    }
+    deserializer.deserialize_any(Secrets)
 }
 
 /// The tools an engine runs on.
@@ -510,5 +542,28 @@ pub fn shell_quote(text: &str) -> String {
         text.to_owned()
     } else {
         format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_written_as_a_string_is_refused_without_quoting_it() {
+        let text = "[server]\ntokens = \"s3cret-token-0123456789\"\n";
+        let path = std::env::temp_dir().join(format!("maestro-config-{}.toml", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let Err(failure) = read_config(&path) else {
+            panic!("a single string is refused");
+        };
+        std::fs::remove_file(&path).unwrap();
+        let message = failure.message.unwrap();
+        assert!(message.contains("server.tokens"), "{message}");
+        assert!(message.contains("must be a list of strings"), "{message}");
+        assert!(!message.contains("s3cret"), "{message}");
+
+        let listed: ConfigFile = toml::from_str("[server]\ntokens = [\"a\", \"b\"]\n").unwrap();
+        assert_eq!(listed.server.tokens, ["a", "b"]);
     }
 }
