@@ -303,3 +303,31 @@ fn a_config_file_gives_every_choice_with_paths_relative_to_it() {
         "the store sits beside the config"
     );
 }
+
+#[test]
+fn a_policy_that_lets_a_plugin_write_the_plugin_folder_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("jobs.db");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[plugins.echo]\n[[plugins.echo.dirs]]\nhost = {:?}\nguest = \"/plugins\"\nwritable = true\n",
+            artifacts::DIR
+        ),
+    )
+    .unwrap();
+    let flags = chat_flags();
+    let mut args = with(&["run", "chat", "--input", "Hello"], &flags);
+    let policy = policy.display().to_string();
+    args.extend(["--policy", policy.as_str()]);
+    let output = maestro(&store, &args);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let said = text(&output);
+    assert!(
+        said.contains("policy.toml:3:8: plugins.echo.dirs[0].host"),
+        "{said}"
+    );
+    assert!(said.contains("covers the plugin folder"), "{said}");
+    assert!(jobs(&store, "pending").is_empty() && jobs(&store, "completed").is_empty());
+}

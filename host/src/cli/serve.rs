@@ -6,7 +6,6 @@
 //! The server prints one line saying where it listens, so scripts can wait for it.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,17 +91,14 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
             plugin_dir.display()
         )));
     }
-    let archive = server
-        .archive
-        .clone()
-        .unwrap_or_else(|| default_archive(&setup.store));
+    let archive = setup.archive();
 
     let store = setup.open_store()?;
     let plugins = Arc::new(PluginHost::new(
         runtime.clone(),
         plugin_dir.clone(),
         archive,
-        setup.policy()?,
+        setup.policy(&runtime)?,
     ));
     for (name, change) in plugins.sync_all().await {
         if let crate::serve::Change::Failed(message) = change {
@@ -166,13 +162,6 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
 }
 
 /// `plugin-versions` beside the store file.
-fn default_archive(store: &Path) -> PathBuf {
-    store
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join("plugin-versions")
-}
-
 async fn wait_for_stop() {
     #[cfg(unix)]
     {

@@ -374,11 +374,45 @@ impl Setup {
     }
 
     /// The policy file's rules, or deny-by-default for every plugin without one.
-    pub fn policy(&self) -> Result<Policy, Failure> {
-        match &self.policy {
-            Some(file) => Policy::from_file(file).map_err(Failure::usage),
-            None => Ok(Policy::default()),
+    ///
+    /// A directory grant over what the host trusts is refused: the plugin folder, the store,
+    /// the plugin archive, the policy and config files, and the compiled-code cache of
+    /// `runtime`.
+    pub fn policy(&self, runtime: &Runtime) -> Result<Policy, Failure> {
+        let Some(file) = &self.policy else {
+            return Ok(Policy::default());
+        };
+        let policy = Policy::from_file(file).map_err(Failure::usage)?;
+        let archive = self.archive();
+        let mut protected: Vec<(&str, &Path)> = vec![
+            (crate::plugin::STORE, &self.store),
+            ("the plugin archive", &archive),
+            ("the policy file", file),
+        ];
+        if let Some(dir) = &self.plugins {
+            protected.push(("the plugin folder", dir));
         }
+        if let Some(config) = &self.config {
+            protected.push(("the config file", config));
+        }
+        if let Some(cache) = runtime.cache_dir() {
+            protected.push(("the compiled-code cache", cache));
+        }
+        policy
+            .refuse_grants_over(&protected)
+            .map_err(Failure::usage)?;
+        Ok(policy)
+    }
+
+    /// Where every plugin version that ever served is kept: `server.archive`, else
+    /// `plugin-versions` beside the store.
+    pub fn archive(&self) -> PathBuf {
+        self.server.archive.clone().unwrap_or_else(|| {
+            self.store
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join("plugin-versions")
+        })
     }
 
     fn limits(&self) -> EngineLimits {
@@ -432,7 +466,7 @@ impl Setup {
                 "no plugin folder: give --plugins, MAESTRO_PLUGIN_DIR, or `plugins` in --config",
             ));
         };
-        let policy = self.policy()?;
+        let policy = self.policy(runtime)?;
         let entries = std::fs::read_dir(dir).map_err(|err| {
             Failure::usage(format!(
                 "cannot read plugin folder {}: {err}",

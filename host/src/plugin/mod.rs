@@ -23,7 +23,7 @@ pub use capabilities::{SpawnContext, SubtaskSpawner};
 pub use error::{CallError, Limit, LoadError};
 pub use http::{HostPattern, HttpPolicy};
 pub use loaded::{LoadReport, Plugin, WarmInstance};
-pub use policy::{DirGrant, MAX_MEMORY_MIB, PluginPolicy, Policy, PolicyError};
+pub use policy::{DirGrant, MAX_MEMORY_MIB, PluginPolicy, Policy, PolicyError, STORE};
 pub(crate) use policy::{key_at, locate};
 pub use runtime::{Runtime, RuntimeConfig, TICK, default_cache_dir};
 pub use types::{

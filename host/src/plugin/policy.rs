@@ -72,6 +72,8 @@ pub struct DirGrant {
     pub host: PathBuf,
     pub guest: String,
     pub writable: bool,
+    /// `file:line:column` and key of its `host`, for errors found after parsing.
+    pub origin: (String, String),
 }
 
 /// A parsed and validated policy file.
@@ -126,10 +128,63 @@ impl Policy {
         self.plugins.get(name).unwrap_or(&self.defaults).clone()
     }
 
+    /// Refuses a directory grant that would let a plugin reach what the host trusts: a
+    /// writable grant over any of `protected` (the plugin folder, the store, the compiled-code
+    /// cache …: one path each, with what it is), or any grant over the store, which holds
+    /// login sessions.
+    pub fn refuse_grants_over(&self, protected: &[(&str, &Path)]) -> Result<(), PolicyError> {
+        let store = protected.iter().find(|(what, _)| *what == STORE);
+        for grant in std::iter::once(&self.defaults)
+            .chain(self.plugins.values())
+            .flat_map(|policy| &policy.dirs)
+        {
+            let granted = resolved(&grant.host);
+            let reached = if grant.writable {
+                protected
+                    .iter()
+                    .find(|(_, path)| overlaps(&granted, &resolved(path)))
+            } else {
+                store.filter(|(_, path)| overlaps(&granted, &resolved(path)))
+            };
+            if let Some((what, path)) = reached {
+                let (location, key) = &grant.origin;
+                return Err(PolicyError {
+                    location: location.clone(),
+                    message: format!(
+                        "{key}: {} covers {what} ({}): a plugin must never {} it",
+                        grant.host.display(),
+                        path.display(),
+                        if grant.writable { "write" } else { "read" }
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Whether any plugin is given a fuel budget (the engine then meters fuel).
     pub fn uses_fuel(&self) -> bool {
         self.defaults.fuel.is_some() || self.plugins.values().any(|p| p.fuel.is_some())
     }
+}
+
+/// What [`Policy::refuse_grants_over`] calls the job store: no grant may cover it.
+pub const STORE: &str = "the job store";
+
+/// `path` with symbolic links resolved as far as it exists (the rest kept as written).
+fn resolved(path: &Path) -> PathBuf {
+    if let Ok(real) = path.canonicalize() {
+        return real;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => resolved(parent).join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Whether one of two paths lies inside the other.
+fn overlaps(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
 }
 
 /// A policy file that cannot be used, with where and why.
@@ -326,6 +381,10 @@ impl RawPolicy {
                 host: host.to_path_buf(),
                 guest: guest.clone(),
                 writable: dir.writable,
+                origin: (
+                    locate(ctx.text, ctx.origin, dir.host.span().start),
+                    host_key,
+                ),
             });
         }
 
@@ -500,5 +559,59 @@ mod tests {
         assert_eq!(policy.dirs[0].guest, "/tmp");
         assert!(!policy.dirs[0].writable);
         assert!(policy.spawn_subtasks);
+    }
+
+    #[test]
+    fn a_grant_over_what_the_host_trusts_is_refused_with_its_location() {
+        let root = tempfile::tempdir().unwrap();
+        let state = root.path().join("state");
+        let plugins = root.path().join("plugins");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::create_dir_all(&plugins).unwrap();
+        let store = state.join("jobs.db");
+        let protected = [
+            (STORE, store.as_path()),
+            ("the plugin folder", plugins.as_path()),
+        ];
+        let grant = |host: &Path, writable: bool| {
+            parse(&format!(
+                "[plugins.a]\nenv = {{ A = \"1\" }}\n[[plugins.a.dirs]]\nhost = {:?}\nguest = \"/d\"\nwritable = {writable}\n",
+                host.display().to_string()
+            ))
+            .unwrap()
+        };
+        // Writing the plugin folder, or any folder above it, would let a plugin plant code.
+        for host in [&plugins, &root.path().to_path_buf()] {
+            let error = grant(host, true)
+                .refuse_grants_over(&protected)
+                .unwrap_err();
+            assert_eq!(error.location, "policy.toml:4:8", "{error}");
+            assert!(
+                error.message.starts_with("plugins.a.dirs[0].host:"),
+                "{error}"
+            );
+            assert!(error.message.contains("must never write"), "{error}");
+        }
+        // Reading the plugin folder is harmless; reading the store is not.
+        assert!(
+            grant(&plugins, false)
+                .refuse_grants_over(&protected)
+                .is_ok()
+        );
+        let error = grant(&state, false)
+            .refuse_grants_over(&protected)
+            .unwrap_err();
+        assert!(error.message.contains("the job store"), "{error}");
+        // A folder beside them is fine, and a link to a protected one is seen through.
+        let elsewhere = root.path().join("data");
+        std::fs::create_dir(&elsewhere).unwrap();
+        assert!(
+            grant(&elsewhere, true)
+                .refuse_grants_over(&protected)
+                .is_ok()
+        );
+        let link = root.path().join("innocent");
+        std::os::unix::fs::symlink(&plugins, &link).unwrap();
+        assert!(grant(&link, true).refuse_grants_over(&protected).is_err());
     }
 }

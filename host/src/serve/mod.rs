@@ -137,12 +137,18 @@ impl RunningServer {
     }
 }
 
-/// Loads the plugin versions that waiting jobs are pinned to and that the folder no longer
-/// holds, from the archive, so they resume on their own version. Returns one warning per
-/// version that cannot be restored (those jobs end in an error naming it when resumed).
+/// Loads the plugin versions that unfinished jobs are pinned to and that the folder no longer
+/// holds, from the archive, so they resume on their own version: jobs waiting for a human or
+/// for subtasks, answered ones, and runs a crash cut short. Returns one warning per version
+/// that cannot be restored (those jobs end in an error naming it when resumed).
 pub async fn restore_parked_versions(store: &dyn JobStore, plugins: &PluginHost) -> Vec<String> {
     let mut pins = BTreeSet::new();
-    for status in [JobStatus::WaitingHuman, JobStatus::Pending] {
+    for status in [
+        JobStatus::WaitingHuman,
+        JobStatus::WaitingSubtasks,
+        JobStatus::Pending,
+        JobStatus::Running,
+    ] {
         let Ok(jobs) = store.list(Some(status), usize::MAX >> 1) else {
             continue;
         };
@@ -167,4 +173,80 @@ pub async fn restore_parked_versions(store: &dyn JobStore, plugins: &PluginHost)
         }
     }
     warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{JobState, PinnedPlugin, Wait, WaitRequest};
+    use crate::plugin::{CallRequest, Policy, Runtime, RuntimeConfig, content_hash};
+    use crate::store::SqliteStore;
+
+    #[tokio::test]
+    async fn every_unfinished_job_gets_its_pinned_version_back_after_a_restart() {
+        let folder = tempfile::tempdir().unwrap();
+        let (dir, archive) = (
+            folder.path().join("plugins"),
+            folder.path().join("versions"),
+        );
+        std::fs::create_dir(&dir).unwrap();
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: None,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let host = |runtime: &Runtime| {
+            PluginHost::new(
+                runtime.clone(),
+                dir.clone(),
+                archive.clone(),
+                Policy::default(),
+            )
+        };
+        // A version served once (so it is archived), then left the folder.
+        let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
+        let hash = content_hash(&echo);
+        std::fs::write(dir.join("echo.wasm"), &echo).unwrap();
+        assert_eq!(host(&runtime).sync("echo").await, Change::Loaded);
+        std::fs::remove_file(dir.join("echo.wasm")).unwrap();
+
+        let store = SqliteStore::open(folder.path().join("jobs.db")).unwrap();
+        let pinned_wait = || Wait {
+            id: 1,
+            reason: None,
+            request: WaitRequest::Subtasks {
+                job_ids: vec!["child".into()],
+            },
+            resume: ResumePoint::ParkedCall {
+                call: CallRequest::new("echo", serde_json::json!({})),
+                plugin: PinnedPlugin {
+                    name: "echo".into(),
+                    content_hash: hash.clone(),
+                },
+            },
+        };
+        // A job parked on its running subtask, and one whose run a crash cut short.
+        for id in ["subtasks", "crashed"] {
+            let mut job = JobState::new(id.into(), "p", "m", "input".into());
+            job.wait = Some(pinned_wait());
+            store.create(&job).unwrap();
+            store.claim(id, "node", 60_000).unwrap();
+        }
+        let mut child = JobState::new("child".into(), "p", "m", "input".into());
+        child.parent = Some("subtasks".into());
+        store.create(&child).unwrap();
+        let (mut parked, _) = store.load("subtasks").unwrap();
+        parked.status = JobStatus::WaitingSubtasks;
+        store.save(&parked, &[], "node").unwrap();
+        assert_eq!(
+            store.load("subtasks").unwrap().1,
+            JobStatus::WaitingSubtasks
+        );
+        assert_eq!(store.load("crashed").unwrap().1, JobStatus::Running);
+
+        let restarted = host(&runtime);
+        assert!(restarted.slot().current().pinned(&hash).is_none());
+        assert!(restore_parked_versions(&store, &restarted).await.is_empty());
+        assert!(restarted.slot().current().pinned(&hash).is_some());
+    }
 }
