@@ -23,7 +23,8 @@ pub struct HttpPolicy {
 }
 
 /// One allowlist entry: `host`, `host:port`, `*.domain`, `*.domain:port`,
-/// an IPv4 literal or a bracketed IPv6 literal, optionally with a port.
+/// an IPv4 literal or a bracketed IPv6 literal, optionally with a port. An
+/// entry without a port admits the web's ports only, 80 and 443.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPattern {
     host: HostMatch,
@@ -100,8 +101,10 @@ fn split_host_port(text: &str) -> Option<(&str, Option<&str>)> {
 
 impl HostPattern {
     fn matches(&self, host: &str, port: u16) -> bool {
-        if self.port.is_some_and(|p| p != port) {
-            return false;
+        match self.port {
+            Some(allowed) if allowed != port => return false,
+            None if port != 80 && port != 443 => return false,
+            _ => {}
         }
         match &self.host {
             HostMatch::Name(name) => host.eq_ignore_ascii_case(name),
@@ -124,29 +127,53 @@ impl HttpPolicy {
     }
 }
 
-/// Addresses a name may resolve to without `http_allow_private`.
+/// Addresses a name may resolve to without `http_allow_private`. An IPv6
+/// address that carries an IPv4 one (mapped, compatible, NAT64, 6to4) is as
+/// public as the address it carries.
 fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
             !(v4.is_loopback()
                 || v4.is_private()
                 || v4.is_link_local()
                 || v4.is_unspecified()
-                || v4.is_broadcast()
                 || v4.is_multicast()
                 || v4.is_documentation()
-                || v4.octets()[0] == 0
-                || (v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64))
+                || a == 0
+                || (a == 100 && (b & 0xc0) == 64) // shared address space (carrier NAT)
+                || (a == 198 && (b & 0xfe) == 18) // benchmarking
+                || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+                || a >= 240) // reserved, and the broadcast address
         }
         IpAddr::V6(v6) => {
+            let segments = v6.segments();
+            let carried = |high: u16, low: u16| {
+                std::net::Ipv4Addr::from((u32::from(high) << 16) | u32::from(low))
+            };
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_public(IpAddr::V4(v4));
+            }
+            if segments[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
+                // IPv4-compatible `::a.b.c.d`.
+                return is_public(IpAddr::V4(carried(segments[6], segments[7])));
+            }
+            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                // NAT64: the gateway reaches the IPv4 address it carries.
+                return is_public(IpAddr::V4(carried(segments[6], segments[7])));
+            }
+            if segments[0] == 0x2002 {
+                // 6to4: the IPv4 address of the relay in bits 16..48.
+                return is_public(IpAddr::V4(carried(segments[1], segments[2])));
             }
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
                 || v6.is_unique_local()
-                || v6.is_unicast_link_local())
+                || v6.is_unicast_link_local()
+                || (segments[0] == 0x64 && segments[1] == 0xff9b) // local-use NAT64 (64:ff9b:1::/48)
+                || (segments[0] == 0x2001 && segments[1] == 0) // Teredo
+                || (segments[0] == 0x2001 && segments[1] == 0xdb8)) // documentation
         }
     }
 }
@@ -290,11 +317,42 @@ mod tests {
             "fd00::1",
             "::ffff:127.0.0.1",
             "0.0.0.0",
+            "198.18.0.1",
+            "198.19.255.254",
+            "192.0.0.8",
+            "240.0.0.1",
+            "255.255.255.255",
+            // IPv6 forms that carry a private IPv4 address.
+            "64:ff9b::7f00:1",
+            "64:ff9b::a9fe:a9fe",
+            "2002:7f00:1::1",
+            "2002:a00:1::",
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "64:ff9b:1::1",
+            "2001:0:4136:e378::1",
+            "2001:db8::1",
         ] {
             assert!(!is_public(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["1.1.1.1", "2606:4700:4700::1111"] {
+        for ip in [
+            "1.1.1.1",
+            "2606:4700:4700::1111",
+            "64:ff9b::101:101",
+            "2002:101:101::1",
+            "198.20.0.1",
+        ] {
             assert!(is_public(ip.parse().unwrap()), "{ip}");
         }
+    }
+
+    #[test]
+    fn an_entry_without_a_port_admits_only_the_webs_ports() {
+        assert!(pattern("example.com").matches("example.com", 443));
+        assert!(pattern("example.com").matches("example.com", 80));
+        assert!(!pattern("example.com").matches("example.com", 22));
+        assert!(!pattern("*.example.com").matches("db.example.com", 5432));
+        assert!(!pattern("10.0.0.5").matches("10.0.0.5", 6379));
+        assert!(pattern("example.com:8443").matches("example.com", 8443));
     }
 }
