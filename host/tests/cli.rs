@@ -94,6 +94,30 @@ fn a_limit_is_reported_as_json_with_exit_code_1() {
 }
 
 #[test]
+fn a_fuel_budget_in_the_policy_is_metered() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[plugins.hostile]\nfuel = 5000000\n").unwrap();
+    let (output, json) = run(&[
+        "plugin",
+        "call",
+        artifacts::HOSTILE,
+        "spin",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_eq!(json["error"]["limit"], "fuel", "{json}");
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("budget of 5000000 fuel units"),
+        "{json}"
+    );
+}
+
+#[test]
 fn bad_input_exits_2_with_the_reason() {
     let (output, _) = run(&[
         "plugin",

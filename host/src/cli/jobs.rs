@@ -105,6 +105,22 @@ pub struct ResumeOptions {
     output: OutputOptions,
 }
 
+impl JobsCommand {
+    /// The engine options of a command that runs a job.
+    pub fn engine(&self) -> Option<&EngineOptions> {
+        match self {
+            JobsCommand::Start { engine, .. } | JobsCommand::Resume { engine, .. } => Some(engine),
+            JobsCommand::Answer { resume, .. }
+            | JobsCommand::Login { resume, .. }
+            | JobsCommand::Approve { resume, .. }
+            | JobsCommand::Deny { resume, .. } => Some(&resume.engine),
+            JobsCommand::List { .. } | JobsCommand::Show { .. } | JobsCommand::Cancel { .. } => {
+                None
+            }
+        }
+    }
+}
+
 fn parse_status(text: &str) -> Result<JobStatus, String> {
     JobStatus::parse(text).ok_or_else(|| {
         let known: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();

@@ -125,9 +125,35 @@ where
     }
 }
 
+/// Whether the policy the command will use gives any plugin a fuel budget: only then does the
+/// runtime meter fuel, which costs every call a little. An unreadable policy says no here and
+/// is reported where the command reads it.
+fn policy_uses_fuel(command: &Command) -> bool {
+    let engine = match command {
+        Command::Run(command) => &command.engine,
+        Command::Work(command) => &command.engine,
+        Command::Serve(command) => &command.engine,
+        Command::Jobs(command) => match command.engine() {
+            Some(engine) => engine,
+            None => return false,
+        },
+        Command::Plugin(command) => {
+            return command.policy().is_ok_and(|policy| policy.uses_fuel());
+        }
+        Command::Piece(_) => return false,
+    };
+    setup::Setup::resolve(engine)
+        .ok()
+        .and_then(|setup| setup.policy.clone())
+        .and_then(|file| crate::plugin::Policy::from_file(&file).ok())
+        .is_some_and(|policy| policy.uses_fuel())
+}
+
 async fn execute(cli: Cli) -> Result<(), Failure> {
+    let fuel = policy_uses_fuel(&cli.command);
     let runtime = || -> Result<Runtime, Failure> {
         let config = RuntimeConfig {
+            fuel,
             cache_dir: if cli.no_cache {
                 None
             } else {

@@ -77,6 +77,18 @@ impl LoadOptions {
     }
 }
 
+impl PluginCommand {
+    /// The policy the command loads plugins under.
+    pub fn policy(&self) -> Result<Policy, Failure> {
+        match self {
+            PluginCommand::List { options, .. }
+            | PluginCommand::Describe { options, .. }
+            | PluginCommand::Check { options, .. }
+            | PluginCommand::Call { options, .. } => options.policy(),
+        }
+    }
+}
+
 pub async fn execute(
     command: &PluginCommand,
     runtime: impl FnOnce() -> Result<Runtime, Failure>,
