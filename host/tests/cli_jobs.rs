@@ -104,6 +104,26 @@ fn an_ask_parks_survives_the_process_and_is_answered_once_from_another() {
         "{}",
         text(&wrong)
     );
+    // A session read from standard input (`-`) reaches the store as a login, which this wait
+    // does not take; an empty one is refused before that.
+    for (stdin, said) in [
+        ("cookie=from-stdin\n", "an answer to a question"),
+        ("\n", "the session is empty"),
+    ] {
+        let mut command = common::maestro_command();
+        command
+            .args(with(&["jobs", "login", &id, "-"], &flags))
+            .arg("--store")
+            .arg(&store)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+        let login = child.wait_with_output().unwrap();
+        assert_eq!(login.status.code(), Some(2), "{}", text(&login));
+        assert!(text(&login).contains(said), "{said}: {}", text(&login));
+    }
 
     let answer = maestro(&store, &with(&["jobs", "answer", &id, "Lisbon"], &flags));
     let shown = text(&answer);

@@ -55,6 +55,8 @@ pub enum JobsCommand {
     /// Hand over the browser session (cookie) a job waits for, then continue it.
     Login {
         id: String,
+        /// The session; `-` reads it from standard input, which keeps it out of the process
+        /// list and the shell's history.
         session: String,
         #[command(flatten)]
         resume: ResumeOptions,
@@ -103,6 +105,28 @@ pub struct ResumeOptions {
     engine: EngineOptions,
     #[command(flatten)]
     output: OutputOptions,
+}
+
+/// The session handed over: the argument, or standard input for `-` (without its final
+/// line break).
+fn session_text(argument: &str) -> Result<String, Failure> {
+    let session = if argument == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|error| {
+            Failure::usage(format!(
+                "cannot read the session from standard input: {error}"
+            ))
+        })?;
+        text.trim_end_matches(['\r', '\n']).to_owned()
+    } else {
+        argument.to_owned()
+    };
+    if session.trim().is_empty() {
+        return Err(Failure::usage(
+            "the session is empty: give the cookie, or `-` and pipe it in",
+        ));
+    }
+    Ok(session)
 }
 
 impl JobsCommand {
@@ -181,7 +205,10 @@ pub async fn execute(
             id,
             session,
             resume,
-        } => answer(id, Resume::LoggedIn(session.clone()), resume, runtime).await,
+        } => {
+            let session = session_text(session)?;
+            answer(id, Resume::LoggedIn(session), resume, runtime).await
+        }
         JobsCommand::Approve { id, resume } => answer(id, Resume::Approved, resume, runtime).await,
         JobsCommand::Deny { id, reason, resume } => {
             answer(id, Resume::Denied(reason.clone()), resume, runtime).await
@@ -331,7 +358,7 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
         println!("          {request}");
     }
     if let Some(result) = &job.result {
-        println!("result    {result}");
+        println!("result    {}", super::printable(result));
     }
     println!("events:");
     for event in events {

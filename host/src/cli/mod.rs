@@ -125,6 +125,29 @@ where
     }
 }
 
+/// `text` with control characters (but newline and tab) and bidirectional overrides written as
+/// `\u{…}` escapes: what a tool or a model wrote cannot move the cursor, recolour, retitle or
+/// visually reorder the operator's terminal.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    };
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            escaped.extend(c.escape_unicode());
+        } else {
+            escaped.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
+}
+
 /// Whether the policy the command will use gives any plugin a fuel budget: only then does the
 /// runtime meter fuel, which costs every call a little. An unreadable policy says no here and
 /// is reported where the command reads it.
@@ -192,4 +215,19 @@ fn init_tracing(verbose: u8) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn terminal_control_sequences_from_tools_are_printed_as_escapes() {
+        assert_eq!(printable("plain\ttext\nline"), "plain\ttext\nline");
+        assert_eq!(
+            printable("\u{1b}]0;owned\u{7}\u{1b}[2Jok\r"),
+            "\\u{1b}]0;owned\\u{7}\\u{1b}[2Jok\\u{d}"
+        );
+        assert_eq!(printable("abc\u{202e}fed"), "abc\\u{202e}fed");
+    }
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::Failure;
 use super::setup::{EngineOptions, Setup, shell_quote};
+use super::{Failure, printable};
 use crate::engine::{
     CancelFlag, Engine, JobEvent, JobState, Observer, PieceRunResult, WaitRequest,
 };
@@ -189,13 +189,19 @@ fn report(setup: &Setup, job: &JobState, result: &PieceRunResult) {
         )
     };
     match result {
-        PieceRunResult::Completed { output } => println!("\ncompleted: {output}"),
+        PieceRunResult::Completed { output } => {
+            println!("\ncompleted: {}", printable(output))
+        }
         PieceRunResult::Aborted { reason, guard } => match guard {
-            Some(guard) => println!("\naborted by the {} guard: {reason}", guard.as_str()),
-            None => println!("\naborted: {reason}"),
+            Some(guard) => println!(
+                "\naborted by the {} guard: {}",
+                guard.as_str(),
+                printable(reason)
+            ),
+            None => println!("\naborted: {}", printable(reason)),
         },
-        PieceRunResult::Cancelled { reason } => println!("\ncancelled: {reason}"),
-        PieceRunResult::Error { message } => println!("\nerror: {message}"),
+        PieceRunResult::Cancelled { reason } => println!("\ncancelled: {}", printable(reason)),
+        PieceRunResult::Error { message } => println!("\nerror: {}", printable(message)),
         PieceRunResult::WaitingSubtasks {
             resume_movement,
             wait,
@@ -224,25 +230,31 @@ fn report(setup: &Setup, job: &JobState, result: &PieceRunResult) {
             );
             match &wait.request {
                 WaitRequest::Question { question } => {
-                    println!("  question: {question}\n  answer it with:");
+                    println!("  question: {}\n  answer it with:", printable(question));
                     println!(
                         "{}",
                         command("answer", &format!(" {}", shell_quote("<your answer>")))
                     );
                 }
                 WaitRequest::BrowserLogin { url, reason } => {
-                    println!("  log in at {url} ({reason})\n  then hand over the session with:");
                     println!(
-                        "{}",
-                        command("login", &format!(" {}", shell_quote("<cookie>")))
+                        "  log in at {} ({})\n  then hand over the session (a `-` reads it from standard input) with:",
+                        printable(url),
+                        printable(reason)
                     );
+                    println!("{}", command("login", " -"));
                 }
                 WaitRequest::ToolApproval {
                     tool,
                     reason,
                     arguments,
                 } => {
-                    println!("  tool {tool} wants to run with {arguments}\n  because: {reason}");
+                    println!(
+                        "  tool {} wants to run with {}\n  because: {}",
+                        printable(tool),
+                        printable(arguments),
+                        printable(reason)
+                    );
                     println!("  approve or deny it with:");
                     println!("{}", command("approve", ""));
                     println!(
@@ -257,7 +269,9 @@ fn report(setup: &Setup, job: &JobState, result: &PieceRunResult) {
                 } => {
                     println!(
                         "  the agent made {calls} tool calls since a human last acted; next it \
-                         wants {tool} with {arguments}"
+                         wants {} with {}",
+                        printable(tool),
+                        printable(arguments)
                     );
                     println!("  let it go on, stop it, or tell it something with:");
                     println!("{}", command("approve", ""));
@@ -276,8 +290,9 @@ fn report(setup: &Setup, job: &JobState, result: &PieceRunResult) {
     }
 }
 
+/// `text` on one line, at most `max_chars` long, safe for the terminal.
 fn clip(text: &str, max_chars: usize) -> String {
-    let flat: String = text
+    let flat: String = printable(text)
         .chars()
         .map(|c| if c == '\n' { ' ' } else { c })
         .collect();
