@@ -2,10 +2,16 @@
 //! memory: host resources, `wasi:http` for a plugin granted no HTTP, random blocks, host calls
 //! under a fuel budget, and everything a call hands back (errors and parks included).
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use maestro::plugin::{CallError, Limit, Outcome, PluginPolicy, Runtime, RuntimeConfig};
-use maestro_e2e::{artifacts, cache_dir, call, load_with_toml};
+use maestro::plugin::{
+    CallError, Limit, MAX_SPAWNS_PER_CALL, Outcome, PluginPolicy, Policy, Runtime, RuntimeConfig,
+    SpawnContext, SubtaskSpawner,
+};
+use maestro_e2e::{artifacts, assert_tool_error, cache_dir, call, load_with_toml, output_json};
 use serde_json::json;
 
 /// An allowlist entry that admits nothing the tests reach: enough to link `wasi:http`.
@@ -226,4 +232,69 @@ async fn parks_the_host_cannot_act_on_are_refused_at_the_boundary() {
         .await,
         Ok(Outcome::Park(_))
     ));
+}
+
+/// Starts nothing: answers every spawn with a made-up id.
+struct NamingSpawner;
+
+impl SubtaskSpawner for NamingSpawner {
+    fn spawn(
+        &self,
+        parent: SpawnContext,
+        _piece: String,
+        _input: String,
+    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> {
+        Box::pin(async move { Ok(format!("job-{}", parent.index)) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_call_starts_a_bounded_number_of_subtasks_with_bounded_inputs() {
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache_dir()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    runtime.set_subtask_spawner(Arc::new(NamingSpawner));
+    let policy = Policy::parse(
+        "[plugins.hostile]\nspawn_subtasks = true\nmax_output_bytes = 1000\n",
+        "policy.toml",
+    )
+    .unwrap();
+    let hostile = runtime
+        .load_file(artifacts::HOSTILE.as_ref(), policy.for_plugin("hostile"))
+        .await
+        .unwrap();
+    let report = output_json(
+        &call(
+            &hostile,
+            "spawn_many",
+            serde_json::json!({"piece": "p", "count": 100}),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(report["started"], MAX_SPAWNS_PER_CALL);
+    let refusal = report["refusal"].as_str().unwrap();
+    assert!(refusal.contains("has started 64 subtasks"), "{refusal}");
+
+    let big = "x".repeat(2000);
+    assert_tool_error(
+        call(
+            &hostile,
+            "spawn_subtask",
+            serde_json::json!({"piece": "p", "input": big}),
+        )
+        .await,
+        "the input has 2000 bytes, more than the 1000",
+    );
+    assert!(
+        call(
+            &hostile,
+            "spawn_subtask",
+            serde_json::json!({"piece": "p", "input": "small"})
+        )
+        .await
+        .is_ok()
+    );
 }

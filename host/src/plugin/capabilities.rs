@@ -2,7 +2,8 @@
 //!
 //! Invariant: each capability checks its policy grant on every use and
 //! answers a denial with an error value (never a trap); `log` is bounded per
-//! call so a guest cannot flood the host's log.
+//! call so a guest cannot flood the host's log, and `spawn-subtask` in count
+//! per call and in input size.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,6 +34,9 @@ pub struct SpawnContext {
     pub index: u32,
 }
 
+/// Subtasks one call may start.
+pub const MAX_SPAWNS_PER_CALL: u32 = 64;
+
 /// The capability state of one call.
 pub struct Capabilities {
     pub plugin: Arc<str>,
@@ -43,6 +47,8 @@ pub struct Capabilities {
     log_budget: usize,
     log_dropped: bool,
     spawned: u32,
+    /// Bytes a subtask's input may have: what the plugin may hand out at all.
+    max_input_bytes: usize,
 }
 
 impl Capabilities {
@@ -53,6 +59,7 @@ impl Capabilities {
         spawn_granted: bool,
         spawner: Option<Arc<dyn SubtaskSpawner>>,
         log_budget: usize,
+        max_input_bytes: usize,
     ) -> Self {
         Self {
             plugin,
@@ -63,6 +70,7 @@ impl Capabilities {
             log_budget,
             log_dropped: false,
             spawned: 0,
+            max_input_bytes,
         }
     }
 }
@@ -99,6 +107,19 @@ impl Host for CallState {
         let decision = if !caps.spawn_granted {
             Err(format!(
                 "spawn-subtask denied: the policy of plugin `{}` does not grant spawn_subtasks",
+                caps.plugin
+            ))
+        } else if index >= MAX_SPAWNS_PER_CALL {
+            Err(format!(
+                "spawn-subtask refused: this call has started {MAX_SPAWNS_PER_CALL} subtasks, \
+                 the most one call may"
+            ))
+        } else if input.len() > caps.max_input_bytes {
+            Err(format!(
+                "spawn-subtask refused: the input has {} bytes, more than the {} the policy of \
+                 plugin `{}` allows (max_output_bytes)",
+                input.len(),
+                caps.max_input_bytes,
                 caps.plugin
             ))
         } else if let Some(spawner) = caps.spawner.clone() {

@@ -17,6 +17,10 @@ use super::wit::{TOOL_INTERFACE, latest};
 /// Bounds on what `describe` may return.
 const MAX_TOOLS: usize = 256;
 const MAX_SCHEMA_BYTES: usize = 256 << 10;
+/// A description is read by the model on every turn the tool is offered.
+const MAX_DESCRIPTION_BYTES: usize = 8 << 10;
+/// Descriptions and schemas of all a plugin's tools together.
+const MAX_DESCRIBED_BYTES: usize = 1 << 20;
 
 /// A `LoadError::World` that lists what the component imports and exports.
 pub(super) fn world_error(
@@ -121,6 +125,18 @@ pub(super) fn validate_specs(
             ),
         });
     }
+    let total: usize = described
+        .iter()
+        .map(|spec| spec.name.len() + spec.description.len() + spec.parameters.len())
+        .sum();
+    if total > MAX_DESCRIBED_BYTES {
+        return Err(LoadError::InvalidSpec {
+            tool: None,
+            reason: format!(
+                "the tools are described in {total} bytes, more than the {MAX_DESCRIBED_BYTES} allowed"
+            ),
+        });
+    }
     let mut seen = HashSet::new();
     let mut validators = HashMap::new();
     for spec in described {
@@ -135,6 +151,13 @@ pub(super) fn validate_specs(
         }
         if !seen.insert(spec.name.clone()) {
             return Err(invalid("the name is used by two tools".into()));
+        }
+        if spec.description.len() > MAX_DESCRIPTION_BYTES {
+            return Err(invalid(format!(
+                "the description has {} bytes, more than the {MAX_DESCRIPTION_BYTES} allowed \
+                 (the model reads it on every turn)",
+                spec.description.len()
+            )));
         }
         if spec.parameters.len() > MAX_SCHEMA_BYTES {
             return Err(invalid(format!(
@@ -225,6 +248,17 @@ mod tests {
                 .contains("`a`: the name is used by two tools")
         );
         assert!(spec_error(&[spec("bad name", object)]).contains("must match"));
+        let mut wordy = spec("a", object);
+        wordy.description = "d".repeat(MAX_DESCRIPTION_BYTES + 1);
+        assert!(spec_error(&[wordy]).contains("the description has 8193 bytes"));
+        let many: Vec<_> = (0..200)
+            .map(|n| {
+                let mut big = spec(&format!("t{n}"), object);
+                big.description = "d".repeat(MAX_DESCRIPTION_BYTES);
+                big
+            })
+            .collect();
+        assert!(spec_error(&many).contains("more than the 1048576 allowed"));
         assert!(spec_error(&[spec("a", "{not json")]).contains("not JSON"));
         assert!(spec_error(&[spec("a", r#"{"type":"string"}"#)]).contains(r#""type": "object""#));
         assert!(

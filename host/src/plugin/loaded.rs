@@ -318,6 +318,7 @@ impl Plugin {
                 .expect("spawner lock")
                 .clone(),
             policy.max_log_bytes,
+            policy.max_output_bytes,
         );
         let state = CallState::new(&self.policy, &self.name, capabilities)
             .map_err(|err| CallError::Host(format!("cannot build the sandbox: {err:#}")))?;

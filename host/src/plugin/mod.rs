@@ -19,7 +19,7 @@ mod types;
 pub mod wit;
 
 pub use cache::{CompiledFrom, content_hash};
-pub use capabilities::{SpawnContext, SubtaskSpawner};
+pub use capabilities::{MAX_SPAWNS_PER_CALL, SpawnContext, SubtaskSpawner};
 pub use error::{CallError, Limit, LoadError};
 pub use http::{HostPattern, HttpPolicy};
 pub use loaded::{LoadReport, Plugin, WarmInstance};

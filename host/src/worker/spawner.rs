@@ -4,11 +4,16 @@
 //! Invariant: spawning is idempotent per call: the child's id is derived from the parent job,
 //! the call id and the spawn's index within the call, so a call that runs again (after a crash,
 //! or a resume) finds the child it already started instead of starting another. A job nested
-//! [`MAX_SUBTASK_DEPTH`] deep starts no more children, so a piece that spawns itself ends.
+//! [`MAX_SUBTASK_DEPTH`] deep starts no more children, so a piece that spawns itself ends, and
+//! a job starts at most [`MAX_CHILDREN_PER_JOB`]. The checks read the store off the async
+//! threads, from summary columns.
 
 /// How deep subtasks nest: a top-level job is at depth 0, its children at 1, and a job at this
 /// depth may not spawn.
 pub const MAX_SUBTASK_DEPTH: u32 = 4;
+
+/// Children one job may start over its life: as many as one park may wait for.
+pub const MAX_CHILDREN_PER_JOB: usize = crate::plugin::MAX_AWAITED_SUBTASKS;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -32,7 +37,7 @@ struct PieceEntry {
 
 pub struct StoreSpawner {
     store: Arc<dyn JobStore>,
-    pieces: BTreeMap<String, PieceEntry>,
+    pieces: Arc<BTreeMap<String, PieceEntry>>,
     wake: Arc<Notify>,
 }
 
@@ -54,42 +59,57 @@ impl StoreSpawner {
             .collect();
         Self {
             store,
-            pieces,
+            pieces: Arc::new(pieces),
             wake,
         }
     }
+}
 
-    /// Checks a spawn against the pieces, the depth limit and the store (reads only).
-    fn plan(&self, parent: &SpawnContext, piece: &str, input: String) -> Result<Planned, String> {
-        let entry = self.pieces.get(piece).ok_or_else(|| {
-            let known: Vec<&str> = self.pieces.keys().map(String::as_str).collect();
-            format!(
-                "no piece named `{piece}`; known pieces: {}",
-                known.join(", ")
-            )
-        })?;
-        let id = child_id(&parent.job_id, &parent.call_id, parent.index);
-        let depth = self.depth(&parent.job_id)?;
-        if depth >= MAX_SUBTASK_DEPTH {
-            return Err(format!(
-                "job {} is a subtask {depth} levels deep, the most allowed ({MAX_SUBTASK_DEPTH}); \
-                 do this work in this job instead of starting another",
-                parent.job_id
-            ));
-        }
-        match self.store.load(&id) {
-            Ok((existing, _)) if existing.parent.as_deref() == Some(parent.job_id.as_str()) => {
-                return Ok(Planned::Started(id));
-            }
-            Ok(_) => return Err(format!("job id {id} is already taken by another job")),
-            Err(StoreError::NotFound(_)) => {}
-            Err(error) => return Err(error.to_string()),
-        }
-        let mut child = JobState::new(id.clone(), piece, &entry.initial_movement, input);
-        child.parent = Some(parent.job_id.clone());
-        child.piece_origin = entry.origin.clone();
-        Ok(Planned::New(Box::new(child)))
+/// Checks a spawn against the pieces, the depth and fan-out limits and the store (reads
+/// only; blocking).
+fn plan(
+    store: &dyn JobStore,
+    pieces: &BTreeMap<String, PieceEntry>,
+    parent: &SpawnContext,
+    piece: &str,
+    input: String,
+) -> Result<Planned, String> {
+    let entry = pieces.get(piece).ok_or_else(|| {
+        let known: Vec<&str> = pieces.keys().map(String::as_str).collect();
+        format!(
+            "no piece named `{piece}`; known pieces: {}",
+            known.join(", ")
+        )
+    })?;
+    let id = child_id(&parent.job_id, &parent.call_id, parent.index);
+    let depth = depth(store, &parent.job_id)?;
+    if depth >= MAX_SUBTASK_DEPTH {
+        return Err(format!(
+            "job {} is a subtask {depth} levels deep, the most allowed ({MAX_SUBTASK_DEPTH}); \
+             do this work in this job instead of starting another",
+            parent.job_id
+        ));
     }
+    match store.summary(&id) {
+        Ok(existing) if existing.parent.as_deref() == Some(parent.job_id.as_str()) => {
+            return Ok(Planned::Started(id));
+        }
+        Ok(_) => return Err(format!("job id {id} is already taken by another job")),
+        Err(StoreError::NotFound(_)) => {}
+        Err(error) => return Err(error.to_string()),
+    }
+    let started = store.children(&parent.job_id).map_err(|e| e.to_string())?;
+    if started.len() >= MAX_CHILDREN_PER_JOB {
+        return Err(format!(
+            "job {} has started {} subtasks, the most one job may ({MAX_CHILDREN_PER_JOB})",
+            parent.job_id,
+            started.len()
+        ));
+    }
+    let mut child = JobState::new(id.clone(), piece, &entry.initial_movement, input);
+    child.parent = Some(parent.job_id.clone());
+    child.piece_origin = entry.origin.clone();
+    Ok(Planned::New(Box::new(child)))
 }
 
 /// What a spawn comes to.
@@ -100,24 +120,21 @@ enum Planned {
     New(Box<JobState>),
 }
 
-impl StoreSpawner {
-    /// How many ancestors `job_id` has (0 for a top-level job).
-    fn depth(&self, job_id: &str) -> Result<u32, String> {
-        let mut depth = 0;
-        let mut current = job_id.to_owned();
-        // Bounded: a cycle in corrupt data cannot loop for ever.
-        while depth <= MAX_SUBTASK_DEPTH {
-            let (job, _) = self.store.load(&current).map_err(|e| e.to_string())?;
-            match job.parent {
-                Some(parent) => {
-                    depth += 1;
-                    current = parent;
-                }
-                None => break,
+/// How many ancestors `job_id` has (0 for a top-level job), from summary rows.
+fn depth(store: &dyn JobStore, job_id: &str) -> Result<u32, String> {
+    let mut depth = 0;
+    let mut current = job_id.to_owned();
+    // Bounded: a cycle in corrupt data cannot loop for ever.
+    while depth <= MAX_SUBTASK_DEPTH {
+        match store.summary(&current).map_err(|e| e.to_string())?.parent {
+            Some(parent) => {
+                depth += 1;
+                current = parent;
             }
+            None => break,
         }
-        Ok(depth)
     }
+    Ok(depth)
 }
 
 /// `job-` and 32 hex digits of SHA-256 over the parent, the call and the index.
@@ -133,9 +150,16 @@ impl SubtaskSpawner for StoreSpawner {
         piece: String,
         input: String,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> {
-        let planned = self.plan(&parent, &piece, input);
-        let (store, wake) = (self.store.clone(), self.wake.clone());
+        let (store, pieces, wake) = (self.store.clone(), self.pieces.clone(), self.wake.clone());
         Box::pin(async move {
+            let planned = {
+                let store = store.clone();
+                tokio::task::spawn_blocking(move || {
+                    plan(store.as_ref(), &pieces, &parent, &piece, input)
+                })
+                .await
+                .map_err(|error| format!("spawn-subtask failed: {error}"))?
+            };
             match planned? {
                 Planned::Started(id) => Ok(id),
                 Planned::New(child) => {
@@ -213,6 +237,50 @@ mod tests {
             .unwrap_err();
         assert!(error.contains("4 levels deep"), "{error}");
         assert!(store.children(&parent).unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_job_starts_at_most_its_share_of_children() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn JobStore> =
+            Arc::new(SqliteStore::open(dir.path().join("j.db")).unwrap());
+        let piece = crate::piece::parse_piece(
+            "name: part\ninitial_movement: a\nmax_movements: 1\nmovements:\n  - name: a\n    instructions: x\n    tools: []\n",
+            "part.yaml",
+        )
+        .unwrap();
+        let spawner = StoreSpawner::new(store.clone(), [&piece], Arc::new(Notify::new()));
+        store
+            .create(&JobState::new("job-fan".into(), "part", "a", "go".into()))
+            .unwrap();
+        let from_call = |call: usize| SpawnContext {
+            job_id: "job-fan".into(),
+            call_id: format!("call-{call}"),
+            index: 0,
+            plugin: "spawn_subtask".into(),
+        };
+        for call in 0..MAX_CHILDREN_PER_JOB {
+            spawner
+                .spawn(from_call(call), "part".into(), "x".into())
+                .await
+                .unwrap_or_else(|error| panic!("child {call}: {error}"));
+        }
+        let error = spawner
+            .spawn(from_call(MAX_CHILDREN_PER_JOB), "part".into(), "x".into())
+            .await
+            .unwrap_err();
+        assert!(error.contains("has started 256 subtasks"), "{error}");
+        assert_eq!(
+            store.children("job-fan").unwrap().len(),
+            MAX_CHILDREN_PER_JOB
+        );
+        // A call that runs again still finds the child it started.
+        assert!(
+            spawner
+                .spawn(from_call(0), "part".into(), "x".into())
+                .await
+                .is_ok()
+        );
     }
 
     #[test]

@@ -88,6 +88,12 @@ struct SpawnArgs {
     input: String,
 }
 
+#[derive(Deserialize)]
+struct SpawnManyArgs {
+    piece: String,
+    count: u32,
+}
+
 /// A strict object schema with the given properties, all required.
 fn object(properties: Value) -> Value {
     let required: Vec<String> = properties
@@ -299,6 +305,11 @@ impl Guest for Hostile {
                 object(json!({"arguments": string()})),
             ),
             spec(
+                "spawn_many",
+                "Starts `count` child jobs of `piece` in one call; reports how many started and the first refusal.",
+                object(json!({"piece": string(), "count": count()})),
+            ),
+            spec(
                 "spawn_subtask",
                 "Asks the host to start a child job running `piece` with `input`.",
                 object(json!({"piece": string(), "input": string()})),
@@ -365,6 +376,21 @@ impl Guest for Hostile {
                 }
                 black_box(mix);
                 Ok(Outcome::Output(format!("made {count} host calls")))
+            }
+            "spawn_many" => {
+                let args: SpawnManyArgs = parse_args(&call)?;
+                let mut started = 0;
+                let mut refusal = Value::Null;
+                for index in 0..args.count {
+                    match host::spawn_subtask(&args.piece, &format!("part {index}")) {
+                        Ok(_) => started += 1,
+                        Err(error) => {
+                            refusal = Value::String(error);
+                            break;
+                        }
+                    }
+                }
+                Ok(output_json(&json!({"started": started, "refusal": refusal})))
             }
             "spawn_subtask" => {
                 let args: SpawnArgs = parse_args(&call)?;
