@@ -638,7 +638,9 @@ impl Db {
         owner: &str,
         at: i64,
     ) -> Result<(), StoreError> {
-        if self.write_state(tx, job, at, Some(owner))? == 0 {
+        let cancelled = self.cancel_overrides(tx, job, owner)?;
+        let written = cancelled.as_ref().map_or(job, |(row, _)| row);
+        if self.write_state(tx, written, at, Some(owner))? == 0 {
             self.row(tx, &job.id)?;
             return Err(StoreError::LeaseLost {
                 job: job.id.clone(),
@@ -646,7 +648,10 @@ impl Db {
             });
         }
         self.append(tx, &job.id, events, at)?;
-        self.after_write(tx, job, at)
+        if let Some((_, finished)) = &cancelled {
+            self.append(tx, &job.id, finished, at)?;
+        }
+        self.after_write(tx, written, at)
     }
 }
 

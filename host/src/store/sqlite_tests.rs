@@ -155,9 +155,40 @@ fn cancel_ends_a_waiting_job_but_not_a_finished_one() {
         run_to_end(store.renew("j1", "r", 60_000)).unwrap(),
         "the runner learns of the request"
     );
+    // The run parks before it stopped: the cancel wins, and the park is never offered.
     store.save(&parked(job("j1")), &[], "r").unwrap();
-    store.cancel("j1", "operator said stop").unwrap();
     let (state, status) = store.load("j1").unwrap();
+    assert_eq!((status, state.wait), (JobStatus::Cancelled, None));
+    assert!(
+        state
+            .result
+            .as_deref()
+            .unwrap()
+            .contains("cancelled while it ran"),
+        "{:?}",
+        state.result
+    );
+    let events = store.events("j1", 0).unwrap();
+    assert!(matches!(
+        &events.last().unwrap().event,
+        JobEvent::Finished {
+            status: JobStatus::Cancelled,
+            ..
+        }
+    ));
+    assert!(
+        store
+            .list(Some(JobStatus::WaitingHuman), 10)
+            .unwrap()
+            .is_empty()
+    );
+
+    // A waiting job is cancelled at once, with the reason given.
+    store.create(&job("j2")).unwrap();
+    store.claim("j2", "r", 60_000).unwrap();
+    store.save(&parked(job("j2")), &[], "r").unwrap();
+    store.cancel("j2", "operator said stop").unwrap();
+    let (state, status) = store.load("j2").unwrap();
     assert_eq!((status, state.wait), (JobStatus::Cancelled, None));
     assert_eq!(state.result.as_deref(), Some("operator said stop"));
     let again = store.cancel("j1", "again").unwrap_err();

@@ -1,5 +1,6 @@
 //! Parent and child jobs in the SQLite store: a parent waiting for its subtasks becomes runnable
-//! when the last of them ends, and a cancel reaches every descendant.
+//! when the last of them ends, and a cancel reaches every descendant and wins over a park that
+//! the run it was asked for saves afterwards.
 //!
 //! Invariant: these run inside the transaction of the change that caused them (a save, a
 //! cancel), so a child's end and its parent's release are one atomic step: no child end is
@@ -135,6 +136,46 @@ impl Db {
         self.append(tx, id, &event, at)?;
         self.after_write(tx, &row, at)?;
         Ok(CancelOutcome::Cancelled)
+    }
+
+    /// A run that is saved waiting (or runnable again) after a cancel was asked for it while it
+    /// ran is saved cancelled instead, with its `finished` event: the cancel is never lost to a
+    /// park. `None` when the save stands as it is.
+    pub(super) fn cancel_overrides(
+        &self,
+        tx: &rusqlite::Connection,
+        job: &JobRow,
+        owner: &str,
+    ) -> Result<Option<(JobRow, EventBatch)>, StoreError> {
+        if job.status.is_final() || job.status == JobStatus::Running {
+            return Ok(None);
+        }
+        let requested = tx
+            .row_cached(
+                "SELECT cancel_requested FROM jobs WHERE id = ?1 AND lease_owner = ?2",
+                rusqlite::params![job.id, owner],
+                |row| row.get::<_, bool>(0),
+            )
+            .optional()
+            .map_err(|e| self.db_error(e))?
+            .unwrap_or(false);
+        if !requested {
+            return Ok(None);
+        }
+        let mut state: JobState =
+            serde_json::from_str(&job.state).map_err(|e| self.corrupt(&job.id, e))?;
+        let detail = "cancelled while it ran: the cancel was asked for before the run stopped";
+        state.status = JobStatus::Cancelled;
+        state.wait = None;
+        state.wait_expires_at_ms = None;
+        state.result = Some(detail.to_owned());
+        let row = JobRow::of(&state).map_err(|e| self.db_error(e))?;
+        let finished = EventBatch::of(&[JobEvent::Finished {
+            status: JobStatus::Cancelled,
+            detail: detail.to_owned(),
+        }])
+        .map_err(|e| self.db_error(e))?;
+        Ok(Some((row, finished)))
     }
 
     fn children_in(
