@@ -262,7 +262,21 @@ async fn dispatch(
         name: plugin.name().to_owned(),
         content_hash: plugin.content_hash().to_owned(),
     };
-    if plugin.policy().require_approval {
+    let granted = match use_grant(job, &request, plugin.content_hash()) {
+        GrantUse::Granted => true,
+        GrantUse::NoGrant => false,
+        GrantUse::OtherCall(approved) if !plugin.policy().require_approval => {
+            let note = format!(
+                "Not run: a human approved `{}` only with the arguments {approved}; call it with \
+                 exactly those, or ask again with RequestTool.",
+                call.name
+            );
+            answer(cx, job, &call.id, &call.name, note, true);
+            return Flow::Continue;
+        }
+        GrantUse::OtherCall(_) => false,
+    };
+    if plugin.policy().require_approval && !granted {
         let wait = Wait {
             id: 0,
             reason: Some(WaitReason::ToolRequest),
@@ -287,6 +301,32 @@ async fn dispatch(
         ));
     }
     invoke(cx, job, plugin, request, pin).await
+}
+
+/// What the job's grants say of a call.
+enum GrantUse {
+    /// No grant names this tool.
+    NoGrant,
+    /// A grant matched the call exactly and is used up by it.
+    Granted,
+    /// Grants name this tool, but for other arguments (shown) or another version.
+    OtherCall(String),
+}
+
+fn use_grant(job: &mut JobState, request: &CallRequest, content_hash: &str) -> GrantUse {
+    let matches = |grant: &super::job::Grant| {
+        grant.tool == request.tool
+            && grant.content_hash == content_hash
+            && grant.arguments == request.arguments
+    };
+    if let Some(index) = job.grants.iter().position(matches) {
+        job.grants.remove(index);
+        return GrantUse::Granted;
+    }
+    match job.grants.iter().find(|grant| grant.tool == request.tool) {
+        Some(grant) => GrantUse::OtherCall(grant.arguments.to_string()),
+        None => GrantUse::NoGrant,
+    }
 }
 
 /// Runs one call on `plugin` and turns its outcome into the movement's next step.

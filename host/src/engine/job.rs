@@ -202,6 +202,15 @@ pub enum ResumePoint {
     BurstGate { call: ToolCall },
 }
 
+/// What a human approved through a tool's `tool-request`: one call of `tool`, on the plugin
+/// version that served it then, with exactly these arguments. It is used up by that call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Grant {
+    pub tool: String,
+    pub content_hash: String,
+    pub arguments: serde_json::Value,
+}
+
 /// The exact plugin version a parked call belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PinnedPlugin {
@@ -269,6 +278,9 @@ pub struct JobState {
     pub wait_expires_at_ms: Option<i64>,
     /// Child jobs spawned by this job, oldest first.
     pub children: Vec<String>,
+    /// Approvals not used yet.
+    #[serde(default)]
+    pub grants: Vec<Grant>,
     /// The final output (completed) or reason (aborted, cancelled, error).
     pub result: Option<String>,
 }
@@ -299,6 +311,7 @@ impl JobState {
             wait: None,
             wait_expires_at_ms: None,
             children: Vec::new(),
+            grants: Vec::new(),
             result: None,
         }
     }

@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use events::{JobEvent, NoObserver, Observer, RecordingObserver};
 pub use job::{
-    JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest, resume_name,
+    Grant, JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest,
+    resume_name,
 };
 pub use piece_runner::{
     Guard, MapContext, MovementResult, PieceRunResult, Step, Target, map_movement_result,
@@ -102,6 +103,28 @@ fn lint_report(errors: &[LintError]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The grant a human's approval of a tool's own `tool-request` gives: one call of the tool, on
+/// the version serving it now, with exactly the arguments shown. The policy's approval gate
+/// needs none (the approved call itself runs), nor does a tool no plugin serves.
+fn grant_of(catalog: &ToolCatalog, wait: &Wait, answer: &crate::plugin::Resume) -> Option<Grant> {
+    let WaitRequest::ToolApproval {
+        tool, arguments, ..
+    } = &wait.request
+    else {
+        return None;
+    };
+    if !matches!(answer, crate::plugin::Resume::Approved)
+        || !matches!(wait.resume, ResumePoint::ParkedCall { .. })
+    {
+        return None;
+    }
+    Some(Grant {
+        tool: tool.clone(),
+        content_hash: catalog.plugin_for(tool)?.content_hash().to_owned(),
+        arguments: serde_json::from_str(arguments).ok()?,
+    })
 }
 
 /// Where the engine learns which child jobs a job has started (through the `spawn-subtask`
@@ -259,6 +282,9 @@ impl Engine {
                 wait.request
                     .accepts(&answer)
                     .map_err(|message| not_runnable(job, message))?;
+                if let Some(grant) = grant_of(&self.catalog.current(), wait, &answer) {
+                    job.grants.push(grant);
+                }
                 Some((wait.id, wait.resume.clone(), answer))
             }
             _ => return Err(not_runnable(job, "it has ended".to_owned())),
