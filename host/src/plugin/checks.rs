@@ -21,6 +21,11 @@ const MAX_SCHEMA_BYTES: usize = 256 << 10;
 const MAX_DESCRIPTION_BYTES: usize = 8 << 10;
 /// Descriptions and schemas of all a plugin's tools together.
 const MAX_DESCRIBED_BYTES: usize = 1 << 20;
+/// Nodes of a schema with its local `$ref`s written out (a reference back into its own path
+/// counts once): what validating an argument and sampling one may have to walk.
+const MAX_EXPANDED_NODES: usize = 20_000;
+/// Nesting of a schema, references followed.
+const MAX_SCHEMA_DEPTH: usize = 64;
 
 /// A `LoadError::World` that lists what the component imports and exports.
 pub(super) fn world_error(
@@ -166,6 +171,7 @@ pub(super) fn validate_specs(
         }
         let schema: serde_json::Value = serde_json::from_str(&spec.parameters)
             .map_err(|err| invalid(format!("parameters is not JSON: {err}")))?;
+        expanded_size(&schema).map_err(|why| invalid(format!("parameters {why}")))?;
         if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
             return Err(invalid(
                 r#"parameters must be a JSON Schema with "type": "object""#.into(),
@@ -181,6 +187,62 @@ pub(super) fn validate_specs(
         });
     }
     Ok(validators)
+}
+
+/// How many nodes `root` has with its local `$ref`s written out, or why it is too big to use.
+/// A reference to a schema already on the path being expanded (recursion) counts as one node,
+/// so a recursive schema is finite; one whose references fan out is refused before anything
+/// walks it.
+fn expanded_size(root: &serde_json::Value) -> Result<usize, String> {
+    fn walk<'a>(
+        root: &'a serde_json::Value,
+        node: &'a serde_json::Value,
+        path: &mut Vec<&'a str>,
+        count: &mut usize,
+    ) -> Result<(), String> {
+        *count += 1;
+        if *count > MAX_EXPANDED_NODES {
+            return Err(format!(
+                "expands to more than {MAX_EXPANDED_NODES} nodes once its $refs are followed"
+            ));
+        }
+        if path.len() > MAX_SCHEMA_DEPTH {
+            return Err(format!("nests deeper than {MAX_SCHEMA_DEPTH} levels"));
+        }
+        match node {
+            serde_json::Value::Object(map) => {
+                if let Some(reference) = map.get("$ref").and_then(|r| r.as_str())
+                    && !path.contains(&reference)
+                    && let Some(target) = reference
+                        .strip_prefix('#')
+                        .and_then(|pointer| root.pointer(pointer))
+                {
+                    path.push(reference);
+                    walk(root, target, path, count)?;
+                    path.pop();
+                }
+                for value in map.values() {
+                    path.push("");
+                    let walked = walk(root, value, path, count);
+                    path.pop();
+                    walked?;
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for value in items {
+                    path.push("");
+                    let walked = walk(root, value, path, count);
+                    path.pop();
+                    walked?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+    let mut count = 0;
+    walk(root, root, &mut Vec::new(), &mut count)?;
+    Ok(count)
 }
 
 fn valid_tool_name(name: &str) -> bool {
@@ -259,6 +321,32 @@ mod tests {
             })
             .collect();
         assert!(spec_error(&many).contains("more than the 1048576 allowed"));
+
+        // A recursive schema is fine; references that fan out are refused before any walk.
+        let tree = r##"{"type":"object","properties":{"root":{"$ref":"#/$defs/node"}},
+            "$defs":{"node":{"type":"object","properties":{
+                "children":{"type":"array","items":{"$ref":"#/$defs/node"}}}}}}"##;
+        assert!(validate_specs(&[spec("tree", tree)], &mut Vec::new()).is_ok());
+        let mut defs = String::from(r#""d0":{"type":"string"}"#);
+        for level in 1..20 {
+            let below = level - 1;
+            defs.push_str(&format!(
+                r##","d{level}":{{"type":"object","properties":{{"a":{{"$ref":"#/$defs/d{below}"}},"b":{{"$ref":"#/$defs/d{below}"}}}}}}"##
+            ));
+        }
+        let fan = format!(
+            r##"{{"type":"object","properties":{{"x":{{"$ref":"#/$defs/d19"}}}},"$defs":{{{defs}}}}}"##
+        );
+        assert!(
+            spec_error(&[spec("fan", &fan)]).contains("expands to more than 20000 nodes"),
+            "{}",
+            spec_error(&[spec("fan", &fan)])
+        );
+        let mut deep = String::from(r#"{"type":"string"}"#);
+        for _ in 0..40 {
+            deep = format!(r#"{{"type":"object","properties":{{"n":{deep}}}}}"#);
+        }
+        assert!(spec_error(&[spec("deep", &deep)]).contains("nests deeper than 64 levels"));
         assert!(spec_error(&[spec("a", "{not json")]).contains("not JSON"));
         assert!(spec_error(&[spec("a", r#"{"type":"string"}"#)]).contains(r#""type": "object""#));
         assert!(
