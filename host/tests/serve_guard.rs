@@ -1,6 +1,7 @@
 //! An open `maestro serve` (no tokens, loopback) against what a web page can make a browser
 //! send: a name rebound to 127.0.0.1, a cross-site `Origin`, and cross-site "simple" POSTs that
-//! need no preflight. None of them reads a job, answers one or installs a plugin.
+//! need no preflight. None of them reads a job, answers one or installs a plugin; and a token
+//! may do only what its scope allows.
 
 mod common;
 mod serve_support;
@@ -196,4 +197,79 @@ async fn the_inbox_page_may_run_only_its_own_script_and_is_never_framed() {
         .await
         .unwrap();
     assert_eq!(api.headers()["x-content-type-options"], "nosniff");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_may_do_only_what_its_scope_allows() {
+    let folder = ServerFolder::new(
+        &[approval_piece()],
+        APPROVAL_SCRIPT,
+        &[maestro_plugins::COMPLETE, maestro_plugins::REQUEST_TOOL],
+        true,
+    );
+    let config = folder.path("maestro.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        &format!("tokens = [\"{}\"]", serve_support::TOKEN),
+        &format!(
+            "tokens = [\"{}\", {{ token = \"reader-token-0123456789\", scope = \"read\" }}, \
+             {{ token = \"answer-token-0123456789\", scope = \"answer\" }}]",
+            serve_support::TOKEN
+        ),
+    );
+    std::fs::write(&config, text).unwrap();
+    let server = TestServer::start(folder);
+    let (id, wait) = parked_job(&server).await;
+    let as_token = |token: &str, method: Method, path: &str| {
+        server
+            .http
+            .request(method, server.url(path))
+            .bearer_auth(token)
+    };
+    let reader = "reader-token-0123456789";
+    let answerer = "answer-token-0123456789";
+    // A reader sees everything and changes nothing.
+    let response = as_token(reader, Method::GET, &format!("/v1/jobs/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    for (method, path, body) in [
+        (
+            Method::POST,
+            format!("/v1/jobs/{id}/approve"),
+            Some(json!({ "wait": wait })),
+        ),
+        (
+            Method::POST,
+            "/v1/jobs".to_owned(),
+            Some(json!({"piece": "approval", "input": "x"})),
+        ),
+        (Method::PUT, "/v1/plugins/planted".to_owned(), None),
+    ] {
+        let mut request = as_token(reader, method.clone(), &path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let (status, code) = refusal(request.send().await.unwrap()).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (403, "forbidden_scope"),
+            "{method} {path}"
+        );
+    }
+    // An answerer decides waits but installs no code.
+    let upload = as_token(answerer, Method::PUT, "/v1/plugins/planted")
+        .body(std::fs::read(maestro_plugins::COMPLETE).unwrap())
+        .send()
+        .await
+        .unwrap();
+    let (status, code) = refusal(upload).await;
+    assert_eq!((status, code.as_str()), (403, "forbidden_scope"));
+    assert!(!server.folder.path("plugins/planted.wasm").exists());
+    let approved = as_token(answerer, Method::POST, &format!("/v1/jobs/{id}/approve"))
+        .json(&json!({ "wait": wait }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 200);
 }

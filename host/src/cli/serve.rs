@@ -12,9 +12,9 @@ use std::time::Duration;
 use clap::Args;
 
 use super::Failure;
-use super::setup::{EngineCatalog, EngineOptions, Setup};
+use super::setup::{EngineCatalog, EngineOptions, Setup, TokenEntry};
 use crate::plugin::Runtime;
-use crate::serve::{Auth, PluginHost, ServeSettings, restore_parked_versions};
+use crate::serve::{Auth, PluginHost, Scope, ServeSettings, Token, restore_parked_versions};
 use crate::store::JobStore;
 use crate::worker::WorkerConfig;
 
@@ -51,9 +51,29 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
             at("listen")
         ))
     })?;
-    let mut tokens = server.tokens.clone();
-    if let Ok(token) = std::env::var("MAESTRO_API_TOKEN") {
-        tokens.push(token);
+    let mut tokens = Vec::new();
+    for (index, entry) in server.tokens.iter().enumerate() {
+        let scope = match entry {
+            TokenEntry::Full(_) => Scope::Admin,
+            TokenEntry::Scoped { scope, .. } => Scope::parse(scope).ok_or_else(|| {
+                let known: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
+                Failure::usage(format!(
+                    "{}: unknown scope `{scope}`; one of: {}",
+                    at(&format!("tokens[{index}].scope")),
+                    known.join(", ")
+                ))
+            })?,
+        };
+        tokens.push(Token {
+            secret: entry.secret().to_owned(),
+            scope,
+        });
+    }
+    if let Ok(secret) = std::env::var("MAESTRO_API_TOKEN") {
+        tokens.push(Token {
+            secret,
+            scope: Scope::Admin,
+        });
     }
     let auth = Auth::new(tokens, listen).map_err(|message| match &setup.config {
         Some(file) => Failure::usage(format!("{}: {message}", file.display())),

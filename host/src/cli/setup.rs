@@ -81,9 +81,10 @@ struct ConfigFile {
 pub struct ServerSection {
     /// `IP:port` [default: 127.0.0.1:7070].
     pub listen: Option<String>,
-    /// Bearer tokens the API accepts; none: the server must listen on loopback.
+    /// Bearer tokens the API accepts, each with its scope; none: the server must listen on
+    /// loopback.
     #[serde(default, deserialize_with = "secret_list")]
-    pub tokens: Vec<String>,
+    pub tokens: Vec<TokenEntry>,
     pub runners: Option<usize>,
     pub lease_ms: Option<u64>,
     pub wait_expiry_ms: Option<u64>,
@@ -109,15 +110,33 @@ impl std::fmt::Debug for ServerSection {
     }
 }
 
+/// One entry of `server.tokens`: a token with every scope, or `{ token, scope }`.
+#[derive(Clone, Deserialize)]
+#[serde(untagged)]
+pub enum TokenEntry {
+    Full(String),
+    Scoped { token: String, scope: String },
+}
+
+impl TokenEntry {
+    pub fn secret(&self) -> &str {
+        match self {
+            TokenEntry::Full(secret) | TokenEntry::Scoped { token: secret, .. } => secret,
+        }
+    }
+}
+
 /// A list of secrets whose errors never quote what was written: a token typed as a string
 /// instead of a list is still a token.
-fn secret_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+fn secret_list<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<TokenEntry>, D::Error> {
     struct Secrets;
     impl<'de> serde::de::Visitor<'de> for Secrets {
-        type Value = Vec<String>;
+        type Value = Vec<TokenEntry>;
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a list of strings, e.g. [\"…\"]")
+            f.write_str("a list of tokens, e.g. [\"…\"] or [{ token = \"…\", scope = \"read\" }]")
         }
 
         fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
@@ -132,7 +151,7 @@ fn secret_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<
             mut seq: A,
         ) -> Result<Self::Value, A::Error> {
             let mut secrets = Vec::new();
-            while let Some(secret) = seq.next_element::<String>()? {
+            while let Some(secret) = seq.next_element::<TokenEntry>()? {
                 secrets.push(secret);
             }
             Ok(secrets)
@@ -597,7 +616,15 @@ mod tests {
         assert!(message.contains("must be a list of strings"), "{message}");
         assert!(!message.contains("s3cret"), "{message}");
 
-        let listed: ConfigFile = toml::from_str("[server]\ntokens = [\"a\", \"b\"]\n").unwrap();
-        assert_eq!(listed.server.tokens, ["a", "b"]);
+        let listed: ConfigFile =
+            toml::from_str("[server]\ntokens = [\"a\", { token = \"b\", scope = \"read\" }]\n")
+                .unwrap();
+        let secrets: Vec<&str> = listed
+            .server
+            .tokens
+            .iter()
+            .map(TokenEntry::secret)
+            .collect();
+        assert_eq!(secrets, ["a", "b"]);
     }
 }

@@ -1,23 +1,68 @@
-//! Bearer-token authentication of the API.
+//! Bearer-token authentication of the API, and what each token may do.
 //!
 //! Invariant: with tokens configured, every `/v1` call must carry one of them
-//! (`Authorization: Bearer <token>`), on any address; without tokens the server only ever
-//! listens on loopback (checked when it starts). Tokens are compared in constant time and never
-//! written to a log, an error or a `Debug` output.
+//! (`Authorization: Bearer <token>`), on any address, and the token must hold the scope the
+//! call needs: `read` to look, `answer` to start jobs and answer, approve, deny, log in or
+//! cancel them, `admin` to install or remove plugins (code that runs with a name's grants).
+//! Without tokens the server only ever listens on loopback (checked when it starts). Tokens are
+//! compared in constant time and never written to a log, an error or a `Debug` output.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::api::{ApiError, AppState};
 
+/// What a token may do; each scope includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    Read,
+    Answer,
+    Admin,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 3] = [Scope::Read, Scope::Answer, Scope::Admin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Answer => "answer",
+            Scope::Admin => "admin",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|scope| scope.as_str() == text)
+    }
+
+    /// The scope a call needs: looking needs `read`, plugin changes `admin`, any other change
+    /// `answer`.
+    fn needed(method: &Method, path: &str) -> Self {
+        if method == Method::GET || method == Method::HEAD {
+            Scope::Read
+        } else if path.starts_with("/v1/plugins") {
+            Scope::Admin
+        } else {
+            Scope::Answer
+        }
+    }
+}
+
+/// One accepted token and the widest scope it holds.
+#[derive(Clone)]
+pub struct Token {
+    pub secret: String,
+    pub scope: Scope,
+}
+
 #[derive(Clone, Default)]
 pub struct Auth {
-    tokens: Vec<String>,
+    tokens: Vec<Token>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -28,8 +73,11 @@ impl std::fmt::Debug for Auth {
 
 impl Auth {
     /// Refuses an open server on a non-loopback address, and tokens too short to be secret.
-    pub fn new(tokens: Vec<String>, listen: SocketAddr) -> Result<Self, String> {
-        if let Some(index) = tokens.iter().position(|token| token.trim().len() < 16) {
+    pub fn new(tokens: Vec<Token>, listen: SocketAddr) -> Result<Self, String> {
+        if let Some(index) = tokens
+            .iter()
+            .position(|token| token.secret.trim().len() < 16)
+        {
             return Err(format!(
                 "server.tokens[{index}]: a token must have at least 16 characters"
             ));
@@ -47,10 +95,12 @@ impl Auth {
         self.tokens.is_empty()
     }
 
-    fn admits(&self, presented: &str) -> bool {
+    /// The scope of the token presented, if it is one of ours.
+    fn admits(&self, presented: &str) -> Option<Scope> {
         // Every token is compared in full, so the time taken says nothing about any of them.
-        self.tokens.iter().fold(false, |found, token| {
-            found | constant_time_eq(token.as_bytes(), presented.as_bytes())
+        self.tokens.iter().fold(None, |found, token| {
+            let equal = constant_time_eq(token.secret.as_bytes(), presented.as_bytes());
+            if equal { Some(token.scope) } else { found }
         })
     }
 }
@@ -76,9 +126,28 @@ pub async fn require_token(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim);
-    match presented {
-        Some(token) if state.auth.admits(token) => next.run(request).await,
-        Some(_) => refuse("the bearer token is not valid for this server"),
+    // Inside `/v1` the router sees the path without its prefix; the original one is kept.
+    let path = request
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map_or_else(
+            || request.uri().path().to_owned(),
+            |uri| uri.path().to_owned(),
+        );
+    let needed = Scope::needed(request.method(), &path);
+    match presented.map(|token| state.auth.admits(token)) {
+        Some(Some(scope)) if scope >= needed => next.run(request).await,
+        Some(Some(scope)) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden_scope",
+            format!(
+                "this token holds the `{}` scope; this call needs `{}`",
+                scope.as_str(),
+                needed.as_str()
+            ),
+        )
+        .into_response(),
+        Some(None) => refuse("the bearer token is not valid for this server"),
         None => refuse("this server needs `Authorization: Bearer <token>`"),
     }
 }
@@ -104,13 +173,13 @@ mod tests {
         let error = Auth::new(Vec::new(), anywhere).unwrap_err();
         assert!(error.contains("server.tokens"), "{error}");
         assert!(Auth::new(Vec::new(), local).unwrap().is_open());
-        assert!(Auth::new(vec!["x".repeat(16)], anywhere).is_ok());
+        assert!(Auth::new(vec![admin(&"x".repeat(16))], anywhere).is_ok());
     }
 
     #[test]
     fn short_tokens_are_refused_without_echoing_them() {
         let error = Auth::new(
-            vec!["a".repeat(16), "hunter2".into()],
+            vec![admin(&"a".repeat(16)), admin("hunter2")],
             "[::1]:1".parse().unwrap(),
         )
         .unwrap_err();
@@ -118,16 +187,45 @@ mod tests {
         assert!(!error.contains("hunter2"));
     }
 
+    fn admin(secret: &str) -> Token {
+        Token {
+            secret: secret.into(),
+            scope: Scope::Admin,
+        }
+    }
+
     #[test]
-    fn only_a_configured_token_is_admitted() {
+    fn only_a_configured_token_is_admitted_with_its_scope() {
+        let reader = Token {
+            secret: "second-token-012345".into(),
+            scope: Scope::Read,
+        };
         let auth = Auth::new(
-            vec!["first-token-0123456".into(), "second-token-012345".into()],
+            vec![admin("first-token-0123456"), reader],
             "127.0.0.1:1".parse().unwrap(),
         )
         .unwrap();
-        assert!(auth.admits("second-token-012345"));
-        assert!(!auth.admits("second-token-01234"));
-        assert!(!auth.admits(""));
+        assert_eq!(auth.admits("first-token-0123456"), Some(Scope::Admin));
+        assert_eq!(auth.admits("second-token-012345"), Some(Scope::Read));
+        assert_eq!(auth.admits("second-token-01234"), None);
+        assert_eq!(auth.admits(""), None);
         assert_eq!(format!("{auth:?}"), "Auth(2 token(s))");
+    }
+
+    #[test]
+    fn each_call_needs_its_scope() {
+        assert_eq!(Scope::needed(&Method::GET, "/v1/jobs"), Scope::Read);
+        assert_eq!(Scope::needed(&Method::GET, "/v1/plugins"), Scope::Read);
+        assert_eq!(Scope::needed(&Method::POST, "/v1/jobs"), Scope::Answer);
+        assert_eq!(
+            Scope::needed(&Method::POST, "/v1/jobs/j/approve"),
+            Scope::Answer
+        );
+        assert_eq!(Scope::needed(&Method::PUT, "/v1/plugins/x"), Scope::Admin);
+        assert_eq!(
+            Scope::needed(&Method::DELETE, "/v1/plugins/x"),
+            Scope::Admin
+        );
+        assert!(Scope::Admin > Scope::Answer && Scope::Answer > Scope::Read);
     }
 }

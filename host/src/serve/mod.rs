@@ -22,7 +22,7 @@ use axum::serve::ListenerExt;
 use tokio::sync::Notify;
 
 pub use api::{ApiError, AppState, router};
-pub use auth::Auth;
+pub use auth::{Auth, Scope, Token};
 pub use guard::Guard;
 pub use live::{Hub, Notice};
 pub use plugins::{Change, FailureSource, LoadFailure, PluginHost, PluginStatus, ServingState};
