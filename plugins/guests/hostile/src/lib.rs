@@ -390,7 +390,9 @@ impl Guest for Hostile {
                         }
                     }
                 }
-                Ok(output_json(&json!({"started": started, "refusal": refusal})))
+                Ok(output_json(
+                    &json!({"started": started, "refusal": refusal}),
+                ))
             }
             "spawn_subtask" => {
                 let args: SpawnArgs = parse_args(&call)?;
