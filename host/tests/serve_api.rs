@@ -125,6 +125,10 @@ async fn a_job_parks_streams_its_events_and_resumes_once_approved() {
     assert_eq!(wait["reason"], "tool_request");
     assert_eq!(wait["request"]["kind"], "tool_approval");
     assert_eq!(wait["request"]["tool"], "RotateKey");
+    assert_eq!(
+        wait["asked_by"], "tool",
+        "RequestTool's own request, not the policy's gate"
+    );
     let arguments: Value =
         serde_json::from_str(wait["request"]["arguments"].as_str().unwrap()).unwrap();
     assert_eq!(

@@ -129,6 +129,17 @@ async fn approving_on_the_inbox_page_resumes_the_job() {
     assert_eq!(shown, arguments, "the page shows the exact arguments");
     let tool = card.find(Locator::Css("code.tool")).await.unwrap();
     assert_eq!(tool.text().await.unwrap(), "RotateKey");
+    // RequestTool's own request, told apart from the policy's gate.
+    let asked_by = card.find(Locator::Css("p.asked-by")).await.unwrap();
+    assert!(
+        asked_by
+            .text()
+            .await
+            .unwrap()
+            .starts_with("A tool asks for permission"),
+        "{}",
+        asked_by.text().await.unwrap()
+    );
     // The token came from the URL and left the address bar.
     let address = page.current_url().await.unwrap();
     assert!(!address.as_str().contains(TOKEN), "{address}");

@@ -555,6 +555,20 @@ impl JobView {
     }
 }
 
+/// Who holds a tool call for approval: the operator's policy (`policy`: approving runs that
+/// very call) or a tool's own `tool-request` (`tool`: approving grants one call with exactly
+/// those arguments). `None` for other waits.
+fn asked_by(wait: &crate::engine::Wait) -> Option<&'static str> {
+    match (&wait.request, &wait.resume) {
+        (
+            crate::engine::WaitRequest::ToolApproval { .. },
+            crate::engine::ResumePoint::ApprovalGate { .. },
+        ) => Some("policy"),
+        (crate::engine::WaitRequest::ToolApproval { .. }, _) => Some("tool"),
+        _ => None,
+    }
+}
+
 fn job_view(store: &dyn JobStore, id: &str) -> Result<JobView, StoreError> {
     let (state, status) = store.load(id)?;
     let row = store.summary(id)?;
@@ -575,6 +589,7 @@ fn job_view(store: &dyn JobStore, id: &str) -> Result<JobView, StoreError> {
             "id": wait.id,
             "reason": wait.reason.map(|reason| reason.as_str()),
             "request": wait.request,
+            "asked_by": asked_by(wait),
         })),
         "expires_at_ms": state.wait_expires_at_ms,
     });
@@ -595,4 +610,45 @@ fn job_view(store: &dyn JobStore, id: &str) -> Result<JobView, StoreError> {
         updated_at_ms: row.updated_at_ms,
         summary,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest};
+    use crate::plugin::CallRequest;
+
+    fn wait(request: WaitRequest, resume: ResumePoint) -> Wait {
+        Wait {
+            id: 1,
+            reason: Some(WaitReason::ToolRequest),
+            request,
+            resume,
+        }
+    }
+
+    #[test]
+    fn a_tool_approval_says_whether_the_policy_or_a_tool_asks() {
+        let approval = WaitRequest::ToolApproval {
+            tool: "RotateKey".into(),
+            reason: "r".into(),
+            arguments: "{}".into(),
+        };
+        let call = CallRequest::new("RotateKey", json!({}));
+        let plugin = PinnedPlugin {
+            name: "keys".into(),
+            content_hash: "h".into(),
+        };
+        let gate = ResumePoint::ApprovalGate {
+            call: call.clone(),
+            plugin: plugin.clone(),
+        };
+        let parked = ResumePoint::ParkedCall { call, plugin };
+        assert_eq!(asked_by(&wait(approval.clone(), gate)), Some("policy"));
+        assert_eq!(asked_by(&wait(approval, parked.clone())), Some("tool"));
+        let question = WaitRequest::Question {
+            question: "?".into(),
+        };
+        assert_eq!(asked_by(&wait(question, parked)), None);
+    }
 }
