@@ -263,6 +263,8 @@ async fn a_token_may_do_only_what_its_scope_allows() {
         .send()
         .await
         .unwrap();
+    // Refused before its body was read: the connection is not kept for the next request.
+    assert_eq!(upload.headers()["connection"], "close");
     let (status, code) = refusal(upload).await;
     assert_eq!((status, code.as_str()), (403, "forbidden_scope"));
     assert!(!server.folder.path("plugins/planted.wasm").exists());

@@ -120,6 +120,11 @@ pub async fn guard_requests(
     request: Request,
     next: Next,
 ) -> Response {
+    let headers = request.headers();
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length.as_bytes() != b"0");
     let mut response =
         match state
             .guard
@@ -128,6 +133,15 @@ pub async fn guard_requests(
             Ok(()) => next.run(request).await,
             Err(refusal) => refusal.into_response(),
         };
+    // A refusal may come before the body was read (a token without the scope for an upload):
+    // the connection cannot be used again, and the client must not try.
+    let status = response.status();
+    if has_body && (status.is_client_error() || status.is_server_error()) {
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
     // No response is ever to be read as another type than the one it says.
     response.headers_mut().insert(
         header::X_CONTENT_TYPE_OPTIONS,
