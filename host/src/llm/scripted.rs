@@ -21,6 +21,18 @@
 //! One script can play several jobs (a parent and its subtasks): `conversations` holds turn
 //! lists chosen by the job's input (its first user message), `turns` plays any other job.
 //!
+//! A turn can follow what a human did: with `when: { last_result_contains: "…" }` it is played
+//! only when the last tool result holds that text, and its `otherwise` turn is played instead
+//! (so a script goes one way when a reviewer asks for a revision and another when they accept).
+//!
+//! ```yaml
+//! turns:
+//!   - tool_calls: [{ name: HandIn, arguments: { kind: report, title: T, body: "v1" } }]
+//!   - when: { last_result_contains: revision_requested }
+//!     tool_calls: [{ name: HandIn, arguments: { kind: report, title: T, body: "v2" } }]
+//!     otherwise: { tool_calls: [{ name: complete, arguments: { status: done } }] }
+//! ```
+//!
 //! ```yaml
 //! conversations:
 //!   - input_contains: "sub-question A"
@@ -58,6 +70,60 @@ struct ScriptTurn {
     text: Option<String>,
     #[serde(default)]
     tool_calls: Vec<ScriptToolCall>,
+    /// Play this turn only when the condition holds; `otherwise` is played instead.
+    #[serde(default)]
+    when: Option<When>,
+    #[serde(default)]
+    otherwise: Option<Box<ScriptTurn>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct When {
+    last_result_contains: String,
+}
+
+impl ScriptTurn {
+    /// The turn to play after `messages`: this one, or its `otherwise`.
+    fn chosen(&self, messages: &[Message]) -> &ScriptTurn {
+        let (Some(when), Some(otherwise)) = (&self.when, &self.otherwise) else {
+            return self;
+        };
+        let last_result = messages.iter().rev().find_map(|message| match message {
+            Message::Tool { content, .. } => Some(content.as_str()),
+            _ => None,
+        });
+        if last_result.is_some_and(|result| result.contains(&when.last_result_contains)) {
+            self
+        } else {
+            otherwise
+        }
+    }
+
+    /// What is wrong with this turn, if anything.
+    fn problem(&self) -> Option<String> {
+        if self.text.is_none() && self.tool_calls.is_empty() {
+            return Some("a turn needs `text`, `tool_calls` or both".to_owned());
+        }
+        for (index, call) in self.tool_calls.iter().enumerate() {
+            if call.arguments.is_some() && call.raw_arguments.is_some() {
+                return Some(format!(
+                    "tool_calls[{index}]: give `arguments` or `raw_arguments`, not both"
+                ));
+            }
+        }
+        match (&self.when, &self.otherwise) {
+            (Some(_), None) => Some("a turn with `when` needs an `otherwise` turn".to_owned()),
+            (None, Some(_)) => Some("`otherwise` belongs to a turn with `when`".to_owned()),
+            (_, Some(otherwise)) if otherwise.when.is_some() => {
+                Some("an `otherwise` turn cannot have a `when` of its own".to_owned())
+            }
+            (_, Some(otherwise)) => otherwise
+                .problem()
+                .map(|problem| format!("otherwise: {problem}")),
+            (None, None) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -136,22 +202,12 @@ impl ScriptedModel {
                 .flat_map(|conversation| conversation.turns.iter()),
         );
         for (turn, entry) in all_turns.enumerate() {
-            let turn_error = |message: String| ScriptError::Turn {
-                origin: origin.clone(),
-                turn,
-                message,
-            };
-            if entry.text.is_none() && entry.tool_calls.is_empty() {
-                return Err(turn_error(
-                    "a turn needs `text`, `tool_calls` or both".to_owned(),
-                ));
-            }
-            for (index, call) in entry.tool_calls.iter().enumerate() {
-                if call.arguments.is_some() && call.raw_arguments.is_some() {
-                    return Err(turn_error(format!(
-                        "tool_calls[{index}]: give `arguments` or `raw_arguments`, not both"
-                    )));
-                }
+            if let Some(message) = entry.problem() {
+                return Err(ScriptError::Turn {
+                    origin: origin.clone(),
+                    turn,
+                    message,
+                });
             }
         }
         Ok(Self {
@@ -205,11 +261,14 @@ impl Model for ScriptedModel {
                 input.is_some_and(|input| input.contains(&conversation.input_contains))
             })
             .map_or(&self.turns, |conversation| &conversation.turns);
-        let turn = turns.get(played).ok_or_else(|| ScriptError::Exhausted {
-            origin: self.origin.clone(),
-            played,
-            available: turns.len(),
-        })?;
+        let turn = turns
+            .get(played)
+            .ok_or_else(|| ScriptError::Exhausted {
+                origin: self.origin.clone(),
+                played,
+                available: turns.len(),
+            })?
+            .chosen(&request.messages);
         let tool_calls = turn
             .tool_calls
             .iter()
@@ -311,6 +370,44 @@ turns:
         let parent = model.reply(&ask("the main task")).await.unwrap();
         assert_eq!(parent.text.as_deref(), Some("from parent"));
         assert!(ScriptedModel::parse("turns: []\n", "s.yaml").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_turn_with_when_follows_the_last_tool_result() {
+        let model = ScriptedModel::parse(
+            "turns:\n  - text: first\n  - when: { last_result_contains: revise }\n    text: again\n    otherwise: { text: done }\n",
+            "s.yaml",
+        )
+        .unwrap();
+        let after = |result: &str| ChatRequest {
+            messages: vec![
+                Message::User { text: "go".into() },
+                Message::Assistant {
+                    text: Some("first".into()),
+                    tool_calls: vec![],
+                },
+                Message::Tool {
+                    call_id: "c".into(),
+                    name: "HandIn".into(),
+                    content: result.into(),
+                    is_error: false,
+                },
+            ],
+            ..ChatRequest::default()
+        };
+        let revised = model.reply(&after("status: revise it")).await.unwrap();
+        assert_eq!(revised.text.as_deref(), Some("again"));
+        let accepted = model.reply(&after("status: accepted")).await.unwrap();
+        assert_eq!(accepted.text.as_deref(), Some("done"));
+        let error = ScriptedModel::parse(
+            "turns:\n  - when: { last_result_contains: x }\n    text: a\n",
+            "s.yaml",
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("needs an `otherwise`"),
+            "{error}"
+        );
     }
 
     #[test]
