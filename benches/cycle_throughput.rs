@@ -114,7 +114,7 @@ fn measure(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, runners: usize) -
     let store = Arc::new(SqliteStore::open(dir.path().join("jobs.db")).expect("store opens"));
     for n in 0..JOBS {
         let job = engine
-            .new_job(format!("job-{n:06}"), "chat", "hello".into())
+            .new_job(format!("job-{n:06}"), Some("chat"), "hello".into())
             .unwrap();
         store.create(&job).unwrap();
     }
@@ -196,7 +196,7 @@ fn answer_all(store: &dyn JobStore, to_answer: &Mutex<Receiver<String>>, wake: &
         let next = to_answer.lock().unwrap().recv();
         let Ok(id) = next else { return };
         store
-            .answer(&id, &Resume::Answered("Oslo".into()), None)
+            .answer(&id, &Resume::Answered("Oslo".into()).into(), None)
             .unwrap();
         wake.notify_one();
     }

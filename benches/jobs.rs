@@ -40,7 +40,9 @@ fn jobs(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
                 let id = new_id();
-                let job = engine.new_job(id.clone(), "chat", "hello".into()).unwrap();
+                let job = engine
+                    .new_job(id.clone(), Some("chat"), "hello".into())
+                    .unwrap();
                 store.create(&job).unwrap();
                 let mut claimed = store.claim(&id, "bench", 60_000).unwrap().unwrap();
                 let started = std::time::Instant::now();
@@ -49,7 +51,7 @@ fn jobs(c: &mut Criterion) {
                 assert_eq!(claimed.state.status, JobStatus::WaitingHuman);
                 store.save(&claimed.state, &[], "bench").unwrap();
                 store
-                    .answer(&id, &Resume::Answered("Oslo".into()), None)
+                    .answer(&id, &Resume::Answered("Oslo".into()).into(), None)
                     .unwrap();
                 let mut resumed = store.claim(&id, "bench", 60_000).unwrap().unwrap();
                 rt.block_on(engine.run(&mut resumed.state, resumed.resume, &NoObserver, &cancel))
@@ -66,7 +68,9 @@ fn jobs(c: &mut Criterion) {
     let parked: Vec<String> = (0..10_000)
         .map(|_| {
             let id = new_id();
-            let job = engine.new_job(id.clone(), "chat", "hello".into()).unwrap();
+            let job = engine
+                .new_job(id.clone(), Some("chat"), "hello".into())
+                .unwrap();
             store.create(&job).unwrap();
             let mut claimed = store.claim(&id, "bench", 60_000).unwrap().unwrap();
             rt.block_on(engine.run(&mut claimed.state, None, &NoObserver, &cancel))
@@ -91,7 +95,7 @@ fn jobs(c: &mut Criterion) {
                 }
                 let started = std::time::Instant::now();
                 store
-                    .answer(id, &Resume::Answered("Oslo".into()), None)
+                    .answer(id, &Resume::Answered("Oslo".into()).into(), None)
                     .unwrap();
                 let claimed = store.claim_next("bench", 60_000).unwrap().unwrap();
                 total += started.elapsed();

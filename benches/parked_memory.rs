@@ -66,7 +66,7 @@ fn main() {
         let started = Instant::now();
         for n in from..to {
             let job = engine
-                .new_job(format!("job-{n:08}"), "chat", "hello".into())
+                .new_job(format!("job-{n:08}"), Some("chat"), "hello".into())
                 .unwrap();
             store.create(&job).unwrap();
         }

@@ -24,6 +24,8 @@ const GUESTS: &[(&str, &str)] = &[
     ("request_tool", "request-tool"),
     ("wait_subtask", "wait-subtask"),
     ("spawn_subtask", "spawn-subtask"),
+    ("hand_in", "hand-in"),
+    ("run_worker", "run-worker"),
     ("echo", "echo"),
     ("hostile", "hostile"),
 ];
@@ -35,6 +37,8 @@ const FIRST_PARTY: &[&str] = &[
     "request_tool",
     "wait_subtask",
     "spawn_subtask",
+    "hand_in",
+    "run_worker",
 ];
 
 /// Environment that the outer cargo sets for this build script (or that

@@ -237,11 +237,13 @@ turns:
             job_id: "child-a".into(),
             status: SubtaskStatus::Completed,
             output: "A".into(),
+            facts: vec![],
         },
         SubtaskResult {
             job_id: "child-b".into(),
             status: SubtaskStatus::Failed,
             output: "boom".into(),
+            facts: vec![],
         },
     ];
     let result = h.run(&mut job, Some(Resume::SubtasksDone(children))).await;
@@ -296,6 +298,7 @@ turns:
         job_id: "child-a".into(),
         status: SubtaskStatus::Aborted,
         output: "no access".into(),
+        facts: vec![],
     }];
     let result = h.run(&mut job, Some(Resume::SubtasksDone(children))).await;
     assert_eq!(
@@ -655,7 +658,12 @@ turns:
     let before = job.clone();
     let error = h
         .engine
-        .run(&mut job, Some(Resume::Approved), &h.observer, &h.cancel)
+        .run(
+            &mut job,
+            Some(Resume::Approved.into()),
+            &h.observer,
+            &h.cancel,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -668,7 +676,7 @@ turns:
         .engine
         .run(
             &mut job,
-            Some(Resume::Answered("again".into())),
+            Some(Resume::Answered("again".into()).into()),
             &h.observer,
             &h.cancel,
         )

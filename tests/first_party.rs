@@ -1,9 +1,9 @@
 //! Every outcome kind of the first-party control-flow tools `complete`,
-//! `RequestTool` and `WaitSubTask`, run as real components.
+//! `RequestTool`, `WaitSubTask`, `HandIn` and `RunWorker`, run as real components.
 
 use maestro::plugin::{
-    CallError, CallRequest, Outcome, Park, PluginPolicy, Resume, SubtaskResult, SubtaskStatus,
-    Terminal, ToolRequest,
+    ArtifactDraft, CallError, CallRequest, Fact, Outcome, Park, PluginPolicy, Resume, Review,
+    SubtaskResult, SubtaskStatus, Terminal, ToolRequest, Verdict, WitVersion, WorkerRequest,
 };
 use maestro_e2e::{artifacts, call, load, output_json};
 use serde_json::json;
@@ -188,11 +188,21 @@ async fn wait_subtask_parks_on_children_and_returns_their_results() {
         job_id: id.into(),
         status,
         output: output.into(),
+        facts: vec![],
     };
+    // A child's facts (its accepted artifacts) come with its result: WaitSubTask is a 0.2.0 tool.
+    let mut found = result("job-a", SubtaskStatus::Completed, "found 3 papers");
+    found.facts.push(Fact {
+        artifact_id: "art-1".into(),
+        kind: "list".into(),
+        title: "Papers".into(),
+        media_type: "text/plain".into(),
+        body: "three papers".into(),
+    });
     let done = plugin
         .invoke(request.clone().resumed(Resume::SubtasksDone(vec![
             result("job-b", SubtaskStatus::Aborted, "source unreachable"),
-            result("job-a", SubtaskStatus::Completed, "found 3 papers"),
+            found,
             result("job-x", SubtaskStatus::Completed, "not awaited"),
         ])))
         .await
@@ -201,8 +211,11 @@ async fn wait_subtask_parks_on_children_and_returns_their_results() {
     assert_eq!(
         report["results"],
         json!([
-            {"job_id": "job-a", "status": "completed", "output": "found 3 papers"},
-            {"job_id": "job-b", "status": "aborted", "output": "source unreachable"},
+            {"job_id": "job-a", "status": "completed", "output": "found 3 papers", "facts": [
+                {"artifact_id": "art-1", "kind": "list", "title": "Papers",
+                 "media_type": "text/plain", "body": "three papers"}
+            ]},
+            {"job_id": "job-b", "status": "aborted", "output": "source unreachable", "facts": []},
         ])
     );
     assert_eq!(report["missing"], json!(["job-c"]));
@@ -239,4 +252,127 @@ async fn every_first_party_plugin_loads_and_describes_its_tool() {
         assert_eq!(spec.parameters["type"], "object");
         assert_eq!(plugin.content_hash().len(), 64);
     }
+}
+
+#[tokio::test]
+async fn hand_in_parks_with_its_draft_and_reports_each_verdict() {
+    let plugin = load(artifacts::HAND_IN, PluginPolicy::default()).await;
+    assert_eq!(plugin.wit_version(), WitVersion::V0_2_0);
+    let request = CallRequest::new(
+        "HandIn",
+        json!({"kind": "report", "title": "Q3", "body": "Revenue rose."}),
+    );
+    let parked = plugin.invoke(request.clone()).await.unwrap();
+    assert_eq!(
+        parked,
+        Outcome::Park(Park::Artifact(ArtifactDraft {
+            kind: "report".into(),
+            title: "Q3".into(),
+            media_type: "text/markdown".into(),
+            body: "Revenue rose.".into(),
+            revises: None,
+        }))
+    );
+    let reviewed = |verdict| {
+        Resume::Reviewed(Review {
+            artifact_id: "art-7".into(),
+            verdict,
+        })
+    };
+    for (verdict, status, said) in [
+        (Verdict::Accepted, "accepted", "It is a fact now"),
+        (Verdict::Rejected("too long".into()), "rejected", "too long"),
+        (
+            Verdict::RevisionRequested("shorter".into()),
+            "revision_requested",
+            "shorter",
+        ),
+    ] {
+        let done = plugin
+            .invoke(request.clone().resumed(reviewed(verdict)))
+            .await
+            .unwrap();
+        let report = output_json(&done);
+        assert_eq!(report["artifact_id"], "art-7");
+        assert_eq!(report["status"], status);
+        assert!(report.to_string().contains(said), "{report}");
+    }
+    let expired = plugin
+        .invoke(request.clone().resumed(Resume::Expired))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(expired, CallError::Tool { ref message, .. } if message.contains("nobody reviewed")),
+        "{expired}"
+    );
+    let wrong = plugin
+        .invoke(request.resumed(Resume::Approved))
+        .await
+        .unwrap_err();
+    assert!(
+        wrong
+            .to_string()
+            .contains("cannot be resumed with approved"),
+        "{wrong}"
+    );
+}
+
+#[tokio::test]
+async fn run_worker_parks_to_start_its_worker_and_reports_its_end_with_facts() {
+    let plugin = load(artifacts::RUN_WORKER, PluginPolicy::default()).await;
+    let request = CallRequest::new("RunWorker", json!({"piece": "report", "input": "tides"}));
+    let parked = plugin.invoke(request.clone()).await.unwrap();
+    assert_eq!(
+        parked,
+        Outcome::Park(Park::Worker(WorkerRequest {
+            piece: "report".into(),
+            input: "tides".into(),
+        }))
+    );
+    let ended = SubtaskResult {
+        job_id: "job-w".into(),
+        status: SubtaskStatus::Completed,
+        output: "done".into(),
+        facts: vec![Fact {
+            artifact_id: "art-2".into(),
+            kind: "report".into(),
+            title: "Tides".into(),
+            media_type: "text/markdown".into(),
+            body: "Two a day.".into(),
+        }],
+    };
+    let done = plugin
+        .invoke(request.clone().resumed(Resume::WorkerDone(ended)))
+        .await
+        .unwrap();
+    let report = output_json(&done);
+    assert_eq!(report["status"], "completed");
+    assert_eq!(report["facts"][0]["artifact_id"], "art-2");
+    assert_eq!(report["facts"][0]["body"], "Two a day.");
+    let expired = plugin
+        .invoke(request.resumed(Resume::Expired))
+        .await
+        .unwrap_err();
+    assert!(expired.to_string().contains("was cancelled"), "{expired}");
+}
+
+#[tokio::test]
+async fn a_0_1_0_tool_is_never_resumed_with_what_only_0_2_0_parks_produce() {
+    let plugin = load(artifacts::COMPLETE, PluginPolicy::default()).await;
+    assert_eq!(plugin.wit_version(), WitVersion::V0_1_0);
+    let request = CallRequest::new(
+        "complete",
+        json!({"status": "needs_user_input", "question": "?"}),
+    )
+    .resumed(Resume::Reviewed(Review {
+        artifact_id: "art-1".into(),
+        verdict: Verdict::Accepted,
+    }));
+    let error = plugin.invoke(request).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("a maestro:tool@0.1.0 component cannot be resumed with `reviewed`"),
+        "{error}"
+    );
 }

@@ -85,6 +85,7 @@ turns:
             job_id: "my-child".into(),
             status: SubtaskStatus::Completed,
             output: "done".into(),
+            facts: vec![],
         }])
     };
     let mut result = h.run(&mut job, None).await;

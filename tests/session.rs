@@ -5,7 +5,7 @@ use maestro::engine::{
     EngineLimits, Guard, JobEvent, JobState, JobStatus, PieceRunResult, WaitReason, WaitRequest,
     job_session,
 };
-use maestro::phase::{RuntimePhase, WaitingKind};
+use maestro::phase::RuntimePhase;
 use maestro::plugin::Resume;
 use maestro_e2e::engine::{Harness, harness};
 use proptest::prelude::*;
@@ -50,17 +50,19 @@ async fn bursty(max_burst: u32) -> Harness {
 fn assert_session_matches(h: &Harness, job: &JobState, max_burst: u32) {
     let log = h.events(job);
     let session = job_session(&job.id, &log).unwrap_or_else(|error| panic!("{error}"));
-    assert_eq!(session.tool_loop_burst_count(), job.burst, "burst count");
-    assert!(job.burst <= max_burst, "{} > {max_burst}", job.burst);
+    assert_eq!(session.tool_loop_burst_count(), job.burst(), "burst count");
+    assert!(job.burst() <= max_burst, "{} > {max_burst}", job.burst());
+    // The session kept with the job is the fold of its log.
+    assert_eq!(job.phase_session(), Some(&session.without_history()));
     let label = session.phase_label();
     match job.status {
         JobStatus::WaitingHuman => {
-            let expected = match job.wait.as_ref().and_then(|wait| wait.reason) {
-                Some(WaitReason::Input) => WaitingKind::Input,
-                Some(WaitReason::BrowserLogin) => WaitingKind::BrowserLogin,
-                Some(WaitReason::ToolRequest) => WaitingKind::ApproveStep,
-                None => panic!("waiting_human without a reason"),
-            };
+            let expected = job
+                .wait
+                .as_ref()
+                .and_then(|wait| wait.reason)
+                .map(WaitReason::waiting_kind)
+                .expect("waiting_human has a reason");
             assert_eq!(label.phase, RuntimePhase::WaitingUser, "{label}");
             assert_eq!(label.waiting, Some(expected), "{label}");
         }
@@ -164,7 +166,7 @@ async fn a_login_session_never_reaches_the_log() {
         .engine
         .run(
             &mut job,
-            Some(Resume::LoggedIn("sid=secret".into())),
+            Some(Resume::LoggedIn("sid=secret".into()).into()),
             &h.observer,
             &h.cancel,
         )
@@ -249,7 +251,7 @@ fn answer_for(request: &WaitRequest, pick: u8) -> Resume {
             Resume::Expired,
         ],
         WaitRequest::BrowserLogin { .. } => vec![Resume::LoggedIn("s".into()), Resume::Expired],
-        WaitRequest::Subtasks { .. } => vec![Resume::Expired],
+        _ => vec![Resume::Expired],
     };
     choices[pick as usize % choices.len()].clone()
 }
@@ -277,11 +279,11 @@ proptest! {
                 let Some(wait) = job.wait.as_ref() else { break };
                 resume = Some(answer_for(&wait.request, *pick));
             }
-            // Folding the same log twice gives the same session.
+            // The session the job kept through every run is the fold of the whole log.
             let log: Vec<JobEvent> = h.events(&job);
             assert_eq!(
-                job_session(&job.id, &log).unwrap(),
-                job_session(&job.id, &log).unwrap()
+                job.phase_session(),
+                Some(&job_session(&job.id, &log).unwrap().without_history())
             );
         });
     }
@@ -298,7 +300,7 @@ async fn a_job_keeps_the_burst_limit_it_started_with() {
     let started = harness(PIECE, &script, "", strict).await;
     let mut job = started.job("Keep echoing");
     started.run(&mut job, None).await;
-    assert_eq!(job.max_burst, 2);
+    assert_eq!(job.phase_session().unwrap().max_burst(), 2);
     assert_eq!(job.status, JobStatus::WaitingHuman);
 
     // Resumed by an engine configured with a looser limit, the job still counts to 2.
@@ -317,5 +319,5 @@ async fn a_job_keeps_the_burst_limit_it_started_with() {
     log.extend(resumed.events(&job));
     let session = job_session(&job.id, &log).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(session.max_burst(), 2);
-    assert_eq!(session.tool_loop_burst_count(), job.burst);
+    assert_eq!(session.tool_loop_burst_count(), job.burst());
 }

@@ -239,7 +239,7 @@ fn piece_lint_passes_the_examples_and_names_each_problem() {
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(
-        stderr(&output).contains("3 piece(s) checked: no problem"),
+        stderr(&output).contains("6 piece(s) checked: no problem"),
         "{}",
         stderr(&output)
     );

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use maestro::engine::{JobEvent, JobStatus};
+use maestro::engine::{Answer, JobEvent, JobStatus};
 use maestro::plugin::{Resume, SubtaskStatus};
 use maestro::store::{JobStore, SqliteStore};
 mod common;
@@ -199,7 +199,7 @@ fn subtasks_run_as_jobs_and_the_parent_resumes_at_default_next_with_their_result
         .find_map(|e| match &e.event {
             JobEvent::Resumed {
                 movement,
-                resume: Resume::SubtasksDone(results),
+                resume: Answer::Resume(Resume::SubtasksDone(results)),
                 ..
             } => Some((movement.clone(), results.clone())),
             _ => None,
@@ -333,7 +333,7 @@ fn a_wait_with_an_expiry_resumes_with_expired() {
         matches!(
             e.event,
             JobEvent::Resumed {
-                resume: Resume::Expired,
+                resume: Answer::Resume(Resume::Expired),
                 ..
             }
         )

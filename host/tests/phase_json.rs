@@ -49,9 +49,12 @@ fn log() -> Vec<RuntimeEvent> {
             artifact: Some(ArtifactDraft {
                 id: "a1".into(),
                 title: "t".into(),
+                kind: "report".into(),
+                media_type: "text/markdown".into(),
                 content: "c".into(),
                 revises: None,
             }),
+            acceptance_mode: Some(AcceptanceMode::UserConfirmed),
         },
         RuntimeEvent::UserAccepted {
             artifact_id: "a1".into(),

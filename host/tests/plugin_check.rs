@@ -134,3 +134,48 @@ fn text_output_is_a_readable_table_and_a_missing_file_is_a_clear_failure() {
             .contains("/nonexistent/tool.wasm")
     );
 }
+
+#[test]
+fn a_0_2_0_tool_is_checked_as_one_and_its_new_parks_are_resumed() {
+    for (component, version, park, answers) in [
+        (artifacts::HAND_IN, "maestro:tool@0.2.0", "park artifact", 3),
+        (
+            artifacts::RUN_WORKER,
+            "maestro:tool@0.2.0",
+            "park worker",
+            1,
+        ),
+        (
+            artifacts::REQUEST_TOOL,
+            "maestro:tool@0.1.0",
+            "park tool-request",
+            2,
+        ),
+    ] {
+        let report = assert_passes(component);
+        let load = &checks(&report, "load")[0];
+        assert!(
+            load["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("targets {version}")),
+            "{component}: {load}"
+        );
+        let calls = checks(&report, "call");
+        assert!(
+            calls
+                .iter()
+                .any(|c| c["detail"].as_str().unwrap().ends_with(park)),
+            "{component}: no call reached `{park}`:\n{report:#}"
+        );
+        let resumed = checks(&report, "resume")
+            .into_iter()
+            .filter(|c| c["detail"].as_str().unwrap().starts_with(park))
+            .filter(|c| !c["detail"].as_str().unwrap().contains("expired"))
+            .count();
+        assert!(
+            resumed >= answers,
+            "{component}: {resumed} resumes:\n{report:#}"
+        );
+    }
+}

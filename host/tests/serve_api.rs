@@ -230,7 +230,7 @@ async fn bad_requests_get_json_errors_that_name_the_problem() {
     let (status, body) = server.call(Method::GET, "/v1/jobs/job-none", None).await;
     expect(status, &body, 404, "not_found", "job-none");
     let (status, body) = server
-        .post("/v1/jobs", json!({ "piece": "approval" }))
+        .post("/v1/jobs", json!({ "piece": "approval", "input": 7 }))
         .await;
     expect(status, &body, 400, "bad_request", "input");
     let response = server

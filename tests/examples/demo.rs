@@ -5,6 +5,9 @@
 //!    and parks `waiting_human (browser_login)`; `maestro jobs login` hands over the session and
 //!    the parked call resumes in its movement, reads the page, and the piece completes.
 //! 2. The approval piece parks on RequestTool; `maestro jobs approve` lets it finish.
+//! 3. The review piece starts a worker that drafts a report; the job parks for its review
+//!    (`review_artifact`); `maestro jobs revise` sends it back and the worker drafts again;
+//!    `maestro jobs accept` makes the new version a fact, the worker ends and the job cites it.
 //!
 //! Run it with `cargo run --release -p maestro-e2e --example demo`.
 
@@ -109,6 +112,36 @@ fn main() -> ExitCode {
         "Approve it: the job resumes in its movement and completes",
         &with(&["jobs", "approve", &parked[0]], &approval),
     );
+    let review = repo
+        .join("pieces/scripts/review.yaml")
+        .display()
+        .to_string();
+    ok &= step(
+        "The review piece: a worker drafts a report, and the job waits for its review",
+        &with(&["run", "review", "--input", "Tides of the Tagus"], &review),
+    );
+    let parked = top_level(&store, "waiting_human");
+    ok &= step(
+        "Ask for a revision: the worker drafts a second version",
+        &with(
+            &["jobs", "revise", &parked[0], "Add the spring tides."],
+            &review,
+        ),
+    );
+    ok &= step(
+        "Accept it: the version is a fact, the worker ends and the job cites it",
+        &with(&["jobs", "accept", &parked[0]], &review),
+    );
+    ok &= step(
+        "Every version of the report, with its status",
+        &[
+            "jobs".into(),
+            "artifacts".into(),
+            parked[0].clone(),
+            "--store".into(),
+            store.clone(),
+        ],
+    );
     ok &= step(
         "Every job, as the store keeps it",
         &[
@@ -135,6 +168,20 @@ fn job_ids(store: &str, status: &str) -> Vec<String> {
         .list(JobStatus::parse(status), 10)
         .expect("jobs list")
         .into_iter()
+        .map(|job| job.id)
+        .collect()
+}
+
+/// Ids of the store's top-level jobs (not subtasks, not workers) with `status`, newest first.
+fn top_level(store: &str, status: &str) -> Vec<String> {
+    use maestro::engine::JobStatus;
+    use maestro::store::{JobStore, SqliteStore};
+    let store = SqliteStore::open(store).expect("store opens");
+    store
+        .list(JobStatus::parse(status), 10)
+        .expect("jobs list")
+        .into_iter()
+        .filter(|job| job.parent.is_none())
         .map(|job| job.id)
         .collect()
 }

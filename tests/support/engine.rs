@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use maestro::engine::{
-    CancelFlag, Engine, EngineLimits, JobEvent, JobState, PieceRunResult, RecordingObserver,
-    ToolCatalog,
+    Answer, CancelFlag, Engine, EngineLimits, JobEvent, JobState, PieceRunResult,
+    RecordingObserver, ToolCatalog,
 };
 use maestro::llm::{Message, ScriptedModel};
 use maestro::piece::parse_piece;
@@ -73,13 +73,18 @@ impl Harness {
     pub fn job(&self, input: &str) -> JobState {
         let piece = self.engine.pieces().next().unwrap().name.value.clone();
         self.engine
-            .new_job("job-1".into(), &piece, input.into())
+            .new_job("job-1".into(), Some(&piece), input.into())
             .unwrap()
     }
 
     pub async fn run(&self, job: &mut JobState, resume: Option<Resume>) -> PieceRunResult {
+        self.answer(job, resume.map(Into::into)).await
+    }
+
+    /// [`Harness::run`] with any answer, the engine's own ones included.
+    pub async fn answer(&self, job: &mut JobState, answer: Option<Answer>) -> PieceRunResult {
         self.engine
-            .run(job, resume, &self.observer, &self.cancel)
+            .run(job, answer, &self.observer, &self.cancel)
             .await
             .expect("the job is runnable")
     }

@@ -3,6 +3,7 @@
 
 pub mod engine;
 pub mod site;
+pub mod world;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

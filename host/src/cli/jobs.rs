@@ -6,21 +6,27 @@
 
 use clap::Subcommand;
 
-use super::Failure;
-use super::run::{OutputOptions, drive};
+use super::run::{OutputOptions, drive, parse_slot};
 use super::setup::{EngineOptions, Setup, StoreOption};
-use crate::engine::{JobEvent, JobStatus, job_session};
+use super::{Failure, printable};
+use crate::engine::{
+    Answer, EngineAnswer, HumanVerdict, JobEvent, JobStatus, artifact_view, job_session,
+};
 use crate::plugin::{Resume, Runtime};
 use crate::store::{CancelOutcome, JobStore};
 
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
-    /// Create a pending job of a piece for `maestro work` to run; prints its id.
+    /// Create a pending job of a piece for `maestro work` to run; prints its id. Without a
+    /// piece, the job waits for a human to choose one (`maestro jobs choose`).
     Start {
         /// A piece file, or the name of a piece in the pieces folder.
-        piece: String,
-        #[arg(long, short)]
+        piece: Option<String>,
+        #[arg(long, short, default_value = "")]
         input: String,
+        /// A value of the piece's intake (`name=value`, repeatable), for a human to confirm.
+        #[arg(long = "slot", value_name = "NAME=VALUE", value_parser = parse_slot)]
+        slots: Vec<(String, String)>,
         #[command(flatten)]
         engine: EngineOptions,
     },
@@ -73,6 +79,57 @@ pub enum JobsCommand {
         reason: String,
         #[command(flatten)]
         resume: ResumeOptions,
+    },
+    /// Choose the piece of a job started without one, then continue it.
+    Choose {
+        id: String,
+        piece: String,
+        #[command(flatten)]
+        resume: ResumeOptions,
+    },
+    /// Fill in the intake a job waits on (or confirm it as it stands), then continue it.
+    Intake {
+        id: String,
+        /// A value (`name=value`, repeatable); without any, the intake is confirmed as it is.
+        #[arg(long = "slot", value_name = "NAME=VALUE", value_parser = parse_slot)]
+        slots: Vec<(String, String)>,
+        #[command(flatten)]
+        resume: ResumeOptions,
+    },
+    /// Accept the artifact a job waits on a review of: it becomes a fact.
+    Accept {
+        id: String,
+        /// The artifact (default: the one under review).
+        artifact: Option<String>,
+        #[command(flatten)]
+        resume: ResumeOptions,
+    },
+    /// Reject the artifact under review; the reason goes to whoever drafted it.
+    Reject {
+        id: String,
+        reason: String,
+        #[arg(long)]
+        artifact: Option<String>,
+        #[command(flatten)]
+        resume: ResumeOptions,
+    },
+    /// Send the artifact under review back for a new version; without an instruction, the job
+    /// waits for one (give it with `revise` again).
+    Revise {
+        id: String,
+        instruction: Option<String>,
+        #[arg(long)]
+        artifact: Option<String>,
+        #[command(flatten)]
+        resume: ResumeOptions,
+    },
+    /// A job's artifacts, every version, with its status; accepted ones are facts.
+    Artifacts {
+        id: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        store: StoreOption,
     },
     /// Run a pending job (answered, or left by a run that died) to its next stop.
     Resume {
@@ -137,10 +194,16 @@ impl JobsCommand {
             JobsCommand::Answer { resume, .. }
             | JobsCommand::Login { resume, .. }
             | JobsCommand::Approve { resume, .. }
-            | JobsCommand::Deny { resume, .. } => Some(&resume.engine),
-            JobsCommand::List { .. } | JobsCommand::Show { .. } | JobsCommand::Cancel { .. } => {
-                None
-            }
+            | JobsCommand::Deny { resume, .. }
+            | JobsCommand::Choose { resume, .. }
+            | JobsCommand::Intake { resume, .. }
+            | JobsCommand::Accept { resume, .. }
+            | JobsCommand::Reject { resume, .. }
+            | JobsCommand::Revise { resume, .. } => Some(&resume.engine),
+            JobsCommand::List { .. }
+            | JobsCommand::Show { .. }
+            | JobsCommand::Cancel { .. }
+            | JobsCommand::Artifacts { .. } => None,
         }
     }
 }
@@ -172,11 +235,13 @@ pub async fn execute(
         JobsCommand::Start {
             piece,
             input,
+            slots,
             engine,
         } => {
             let setup = Setup::resolve(engine)?;
             let store = setup.open_store()?;
-            let id = setup.start_job(&store, piece, input.clone())?;
+            let prefill = slots.iter().cloned().collect();
+            let id = setup.start_job(&store, piece.as_deref(), input.clone(), prefill)?;
             println!("{id}");
             Ok(())
         }
@@ -199,7 +264,7 @@ pub async fn execute(
             Ok(())
         }
         JobsCommand::Answer { id, text, resume } => {
-            answer(id, Resume::Answered(text.clone()), resume, runtime).await
+            answer(id, Resume::Answered(text.clone()).into(), resume, runtime).await
         }
         JobsCommand::Login {
             id,
@@ -207,48 +272,110 @@ pub async fn execute(
             resume,
         } => {
             let session = session_text(session)?;
-            answer(id, Resume::LoggedIn(session), resume, runtime).await
+            answer(id, Resume::LoggedIn(session).into(), resume, runtime).await
         }
-        JobsCommand::Approve { id, resume } => answer(id, Resume::Approved, resume, runtime).await,
+        JobsCommand::Approve { id, resume } => {
+            answer(id, Resume::Approved.into(), resume, runtime).await
+        }
         JobsCommand::Deny { id, reason, resume } => {
-            answer(id, Resume::Denied(reason.clone()), resume, runtime).await
+            answer(id, Resume::Denied(reason.clone()).into(), resume, runtime).await
         }
+        JobsCommand::Choose { id, piece, resume } => {
+            let choice = EngineAnswer::Choose {
+                piece: piece.clone(),
+            };
+            answer(id, choice.into(), resume, runtime).await
+        }
+        JobsCommand::Intake { id, slots, resume } => {
+            let intake = EngineAnswer::Intake {
+                slots: slots.iter().cloned().collect(),
+            };
+            answer(id, intake.into(), resume, runtime).await
+        }
+        JobsCommand::Accept {
+            id,
+            artifact,
+            resume,
+        } => review(id, artifact, HumanVerdict::Accept, resume, runtime).await,
+        JobsCommand::Reject {
+            id,
+            reason,
+            artifact,
+            resume,
+        } => {
+            let verdict = HumanVerdict::Reject {
+                reason: reason.clone(),
+            };
+            review(id, artifact, verdict, resume, runtime).await
+        }
+        JobsCommand::Revise {
+            id,
+            instruction,
+            artifact,
+            resume,
+        } => {
+            let verdict = HumanVerdict::Revise {
+                instruction: instruction.clone(),
+            };
+            review(id, artifact, verdict, resume, runtime).await
+        }
+        JobsCommand::Artifacts { id, json, store } => artifacts(&store_only(store)?, id, *json),
         JobsCommand::Resume { id, engine, output } => {
             let setup = Setup::resolve(engine)?;
-            continue_job(&setup, id, *output, runtime()?).await
+            continue_job(&setup, id, *output, runtime()?, None).await
         }
     }
 }
 
+async fn review(
+    id: &str,
+    artifact: &Option<String>,
+    verdict: HumanVerdict,
+    options: &ResumeOptions,
+    runtime: impl FnOnce() -> Result<Runtime, Failure>,
+) -> Result<(), Failure> {
+    let review = EngineAnswer::Review {
+        artifact: artifact.clone(),
+        verdict,
+    };
+    answer(id, review.into(), options, runtime).await
+}
+
 async fn answer(
     id: &str,
-    resume: Resume,
+    given: Answer,
     options: &ResumeOptions,
     runtime: impl FnOnce() -> Result<Runtime, Failure>,
 ) -> Result<(), Failure> {
     let setup = Setup::resolve(&options.engine)?;
     let store = setup.open_store()?;
     store
-        .answer_async(id, &resume, options.wait)
+        .answer_async(id, &given, options.wait)
         .await
         .map_err(Failure::usage)?;
     if options.no_run {
         println!("answer recorded; job {id} is pending");
         return Ok(());
     }
-    continue_job(&setup, id, options.output, runtime()?).await
+    let chosen = match &given {
+        Answer::Engine(EngineAnswer::Choose { piece }) => Some(piece.as_str()),
+        _ => None,
+    };
+    continue_job(&setup, id, options.output, runtime()?, chosen).await
 }
 
+/// Runs job `id` on; `chosen` is the piece a human just chose for it.
 async fn continue_job(
     setup: &Setup,
     id: &str,
     output: OutputOptions,
     runtime: Runtime,
+    chosen: Option<&str>,
 ) -> Result<(), Failure> {
     let store = setup.open_store()?;
     let (job, _) = store.load(id).map_err(Failure::usage)?;
     let engine = setup
-        .engine_for_job(&runtime, &job, &store)
+        .engine_for_job(&runtime, &job, chosen, &store)
         .await
         .map_err(|failure| Failure {
             message: failure.message.map(|message| {
@@ -256,7 +383,7 @@ async fn continue_job(
             }),
             ..failure
         })?;
-    drive(setup, &store, &engine, id, output).await
+    drive(setup, &store, &engine, &runtime, id, output).await
 }
 
 fn list(setup: &Setup, status: Option<JobStatus>, limit: usize, json: bool) -> Result<(), Failure> {
@@ -297,6 +424,11 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
     let log: Vec<JobEvent> = events.iter().map(|stored| stored.event.clone()).collect();
     // The phase is not stored: it is the fold of the log, so it cannot drift from it.
     let session = job_session(&job.id, &log);
+    // The session kept with the job is stepped through the same log: the two must agree.
+    let drift = match (&session, job.phase_session()) {
+        (Ok(folded), Some(kept)) => *kept != folded.without_history(),
+        _ => false,
+    };
     if json {
         let session = match &session {
             Ok(session) => serde_json::json!({
@@ -305,6 +437,9 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
                 "worker": session.current_worker_id(),
                 "tool_calls_since_user": session.tool_loop_burst_count(),
                 "max_burst": session.max_burst(),
+                "slots": session.slots(),
+                "artifacts": session.artifacts().iter().map(artifact_view).collect::<Vec<_>>(),
+                "kept_session_disagrees": drift,
             }),
             Err(error) => serde_json::json!({ "error": error.to_string() }),
         };
@@ -332,12 +467,24 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
     match &session {
         Ok(session) => {
             println!("phase     {}", session.phase_label());
+            if drift {
+                println!("          (the session kept with the job disagrees with its log)");
+            }
             if let Some(reason) = session.waiting_reason() {
                 let reason = serde_json::to_string(reason).unwrap_or_default();
                 println!("reason    {reason}");
             }
             if let Some(worker) = session.current_worker_id() {
                 println!("worker    {worker}");
+            }
+            for record in session.artifacts() {
+                println!(
+                    "artifact  {} {} ({}): {}",
+                    record.id(),
+                    record.status(),
+                    printable(record.kind()),
+                    printable(record.title())
+                );
             }
             println!(
                 "burst     {} of {} tool calls since a human acted",
@@ -353,7 +500,13 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
         println!(
             "waits for {} ({})",
             wait.request.describe(),
-            wait.reason.map_or("subtasks", |r| r.as_str())
+            wait.reason.map_or(
+                match wait.request {
+                    crate::engine::WaitRequest::Worker { .. } => "worker",
+                    _ => "subtasks",
+                },
+                |r| r.as_str()
+            )
         );
         println!("          {request}");
     }
@@ -364,6 +517,54 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
     for event in events {
         let text = serde_json::to_string(&event.event).unwrap_or_default();
         println!("  {:>4}  {text}", event.seq);
+    }
+    Ok(())
+}
+
+fn artifacts(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
+    let store = setup.open_store()?;
+    let (job, _) = store.load(id).map_err(Failure::usage)?;
+    let records = job
+        .phase_session()
+        .map(|session| session.artifacts().to_vec())
+        .unwrap_or_default();
+    if json {
+        let views: Vec<_> = records.iter().map(artifact_view).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "job": id, "artifacts": views }))
+                .expect("artifacts serialize")
+        );
+        return Ok(());
+    }
+    if records.is_empty() {
+        println!("job {id} has no artifacts");
+        return Ok(());
+    }
+    for record in &records {
+        let fact = if record.status() == crate::phase::ArtifactStatus::Accepted {
+            " · fact"
+        } else {
+            ""
+        };
+        println!(
+            "── {} · {} · {}{fact}{}",
+            record.id(),
+            printable(record.kind()),
+            record.status(),
+            record
+                .revises()
+                .map(|old| format!(" · revises {old}"))
+                .unwrap_or_default()
+        );
+        println!(
+            "   {} ({})",
+            printable(record.title()),
+            printable(record.media_type())
+        );
+        for line in record.content().lines() {
+            println!("   {}", printable(line));
+        }
     }
     Ok(())
 }

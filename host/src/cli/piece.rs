@@ -7,7 +7,7 @@ use clap::Subcommand;
 
 use super::Failure;
 use super::plugin::plugin_name;
-use crate::piece::{Piece, PieceError, lint, load_dir, load_piece};
+use crate::piece::{Piece, PieceError, lint, lint_together, load_dir, load_piece};
 use crate::plugin::{Policy, Runtime};
 
 #[derive(Debug, Subcommand)]
@@ -51,6 +51,9 @@ pub async fn execute(
     let mut problems: Vec<String> = errors.drain(..).map(|err| err.to_string()).collect();
     for piece in &pieces {
         problems.extend(lint(piece, &known_tools).iter().map(ToString::to_string));
+    }
+    if path.is_dir() {
+        problems.extend(lint_together(&pieces).iter().map(ToString::to_string));
     }
     for problem in &problems {
         println!("{problem}");

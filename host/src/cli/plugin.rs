@@ -236,6 +236,12 @@ async fn call(
                     crate::plugin::Park::Subtasks(_) => {
                         r#"{"subtasks-done":[{"job_id":"<id>","status":"completed","output":"<result>"}]}"#
                     }
+                    crate::plugin::Park::Artifact(_) => {
+                        r#"{"reviewed":{"artifact_id":"<id>","verdict":"accepted"}}"#
+                    }
+                    crate::plugin::Park::Worker(_) => {
+                        r#"{"worker-done":{"job_id":"<id>","status":"completed","output":"<result>","facts":[]}}"#
+                    }
                 };
                 let policy = options
                     .policy

@@ -6,6 +6,7 @@
 //! the store always holds what the terminal showed. A park prints what the job waits for and
 //! the exact command that answers it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use clap::Args;
 use super::setup::{EngineOptions, Setup, shell_quote};
 use super::{Failure, printable};
 use crate::engine::{
-    CancelFlag, Engine, JobEvent, JobState, Observer, PieceRunResult, WaitRequest,
+    CancelFlag, Engine, JobEvent, JobState, JobStatus, Observer, PieceRunResult, WaitRequest,
 };
 use crate::plugin::Runtime;
 use crate::store::{JobStore, SqliteStore, new_job_id};
@@ -26,11 +27,16 @@ const LEASE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Args)]
 pub struct RunCommand {
-    /// A piece file, or the name of a piece in the pieces folder.
-    pub piece: String,
+    /// A piece file, or the name of a piece in the pieces folder; without one, the job waits
+    /// for a human to choose a piece of the pieces folder (`maestro jobs choose`).
+    pub piece: Option<String>,
     /// What the user asks of the job.
-    #[arg(long, short)]
+    #[arg(long, short, default_value = "")]
     pub input: String,
+    /// A value of the piece's intake (`name=value`, repeatable), shown filled in for a human to
+    /// confirm.
+    #[arg(long = "slot", value_name = "NAME=VALUE", value_parser = parse_slot)]
+    pub slots: Vec<(String, String)>,
     #[command(flatten)]
     pub engine: EngineOptions,
     #[command(flatten)]
@@ -44,49 +50,60 @@ pub struct OutputOptions {
     pub json: bool,
 }
 
+/// `name=value`, for `--slot`.
+pub fn parse_slot(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("`{text}` is not name=value")),
+    }
+}
+
 pub async fn execute(command: &RunCommand, runtime: Runtime) -> Result<(), Failure> {
     let setup = Setup::resolve(&command.engine)?;
     let store = setup.open_store()?;
-    let engine = setup.engine(&runtime, &command.piece, &store).await?;
-    let piece = engine
-        .pieces()
-        .next()
-        .expect("the engine has the piece")
-        .clone();
-    let job = engine
-        .new_job(new_job_id(), &piece.name.value, command.input.clone())
+    let (engine, piece) = match &command.piece {
+        Some(piece) => {
+            let engine = setup.engine(&runtime, piece, &store).await?;
+            let name = engine
+                .pieces()
+                .next()
+                .expect("the engine has the piece")
+                .name
+                .value
+                .clone();
+            (engine, Some(name))
+        }
+        None => (setup.engine_all(&runtime, &store).await?, None),
+    };
+    let mut job = engine
+        .new_job(new_job_id(), piece.as_deref(), command.input.clone())
         .map_err(Failure::usage)?;
+    job.prefill = command.slots.iter().cloned().collect();
     store.create(&job).map_err(Failure::usage)?;
     if !command.output.json {
         println!(
             "job {} · piece {} · model {}",
             job.id,
-            piece.name.value,
+            piece.as_deref().unwrap_or("(to be chosen)"),
             engine.model().describe()
         );
     }
-    drive(&setup, &store, &engine, &job.id, command.output).await
+    drive(&setup, &store, &engine, &runtime, &job.id, command.output).await
 }
 
-/// Claims `job_id`, runs it to its next stop, saves it, and reports how it stopped.
+/// Claims `job_id`, runs it to its next stop, saves it, and reports how it stopped. The job's
+/// subtasks and workers run here too, whenever it waits for them and one of them can run, so a
+/// job that starts a worker comes back to the terminal only once someone must act (or it ends).
 pub async fn drive(
     setup: &Setup,
     store: &Arc<SqliteStore>,
     engine: &Engine,
+    runtime: &Runtime,
     job_id: &str,
     output: OutputOptions,
 ) -> Result<(), Failure> {
-    let owner = format!("cli-{}", std::process::id());
-    let claimed = store
-        .claim(job_id, &owner, LEASE.as_millis() as i64)
-        .map_err(Failure::usage)?
-        .ok_or_else(|| {
-            let status = store
-                .load(job_id)
-                .map(|(_, status)| status.to_string())
-                .unwrap_or_else(|err| err.to_string());
-            Failure::usage(format!("job {job_id} is not runnable now (it is {status})"))
-        })?;
     let cancel = CancelFlag::default();
     let on_interrupt = cancel.clone();
     let interrupt = tokio::spawn(async move {
@@ -101,6 +118,92 @@ pub async fn drive(
             std::process::exit(130);
         }
     });
+    let mut engines: BTreeMap<String, Engine> = BTreeMap::new();
+    let mut last = BTreeMap::new();
+    let mut next = Some(job_id.to_owned());
+    let mut first = true;
+    while let Some(id) = next.take() {
+        let (job, _) = store.load(&id).map_err(Failure::usage)?;
+        // The job given runs on the engine given; a subtask of another piece on its own.
+        let own_engine = first || job.piece == engine.pieces().next().map_or("", |p| &p.name.value);
+        if !own_engine && !engines.contains_key(&job.piece) {
+            let built = setup.engine_for_job(runtime, &job, None, store).await?;
+            engines.insert(job.piece.clone(), built);
+        }
+        let runner = if own_engine {
+            engine
+        } else {
+            &engines[&job.piece]
+        };
+        if !first && !output.json {
+            println!("\n== job {id} (piece {}) ==", job.piece);
+        }
+        let done = run_once(setup, store, runner, &id, output, &cancel, first).await?;
+        first = false;
+        let Some(done) = done else { break };
+        last.insert(id, done);
+        if cancel.is_cancelled() {
+            break;
+        }
+        next = next_in_tree(store.as_ref(), job_id)?;
+    }
+    interrupt.abort();
+    let Some((root, result)) = last.remove(job_id) else {
+        let (root, status) = store.load(job_id).map_err(Failure::usage)?;
+        return Err(Failure::usage(format!(
+            "job {job_id} could not be run and is now `{status}`: {}",
+            root.result.unwrap_or_default()
+        )));
+    };
+    if !output.json {
+        report(setup, &root, &result);
+        // Whatever in the job's tree waits for a human and does not show at its parent.
+        for (id, (job, result)) in &last {
+            let (now, status) = store.load(id).map_err(Failure::usage)?;
+            let surfaces = now.reviewed_by_parent
+                && now
+                    .wait
+                    .as_ref()
+                    .is_some_and(|wait| wait.request.surfaces_at_parent());
+            if status == JobStatus::WaitingHuman && !surfaces && now.wait == job.wait {
+                println!("\nsubtask {id} of job {job_id}:");
+                report(setup, &now, result);
+            }
+        }
+    }
+    match root.status {
+        JobStatus::Completed | JobStatus::WaitingHuman | JobStatus::WaitingSubtasks => Ok(()),
+        _ => Err(Failure::reported(1)),
+    }
+}
+
+/// Claims `job_id`, runs it once and saves it; `None` when it is not runnable now (another
+/// process has it). The first job must be runnable.
+async fn run_once(
+    setup: &Setup,
+    store: &Arc<SqliteStore>,
+    engine: &Engine,
+    job_id: &str,
+    output: OutputOptions,
+    cancel: &CancelFlag,
+    required: bool,
+) -> Result<Option<(JobState, PieceRunResult)>, Failure> {
+    let owner = format!("cli-{}", std::process::id());
+    let claimed = store
+        .claim(job_id, &owner, LEASE.as_millis() as i64)
+        .map_err(Failure::usage)?;
+    let Some(claimed) = claimed else {
+        if !required {
+            return Ok(None);
+        }
+        let status = store
+            .load(job_id)
+            .map(|(_, status)| status.to_string())
+            .unwrap_or_else(|err| err.to_string());
+        return Err(Failure::usage(format!(
+            "job {job_id} is not runnable now (it is {status})"
+        )));
+    };
     let run = JobRun {
         store: store.clone(),
         engine,
@@ -110,25 +213,53 @@ pub async fn drive(
     };
     let printer: Arc<dyn Observer> = Arc::new(StepPrinter { json: output.json });
     // Saved before anything is reported, also when the engine refused the job.
-    let done = run.finish(claimed, Some(printer), cancel).await;
-    interrupt.abort();
+    let done = run.finish(claimed, Some(printer), cancel.clone()).await;
     done.saved.map_err(Failure::usage)?;
-    let Some(result) = done.result else {
-        return Err(Failure::usage(format!(
+    match done.result {
+        Some(result) => Ok(Some((done.state, result))),
+        None if required => Err(Failure::usage(format!(
             "job {job_id} could not be run and is now `error`: {}",
             done.state.result.unwrap_or_default()
-        )));
-    };
-    if !output.json {
-        report(setup, &done.state, &result);
-    }
-    match result {
-        PieceRunResult::Completed { .. }
-        | PieceRunResult::WaitingHuman { .. }
-        | PieceRunResult::WaitingSubtasks { .. } => Ok(()),
-        _ => Err(Failure::reported(1)),
+        ))),
+        None => Ok(Some((
+            done.state.clone(),
+            PieceRunResult::Error {
+                message: done.state.result.unwrap_or_default(),
+            },
+        ))),
     }
 }
+
+/// The next job of `root`'s tree to run here: the root once it is runnable again, else a
+/// runnable descendant while the root waits for its subtasks; `None` when the tree waits for
+/// someone else (or ended).
+fn next_in_tree(store: &dyn JobStore, root: &str) -> Result<Option<String>, Failure> {
+    let status = store.summary(root).map_err(Failure::usage)?.status;
+    match status {
+        JobStatus::Pending => return Ok(Some(root.to_owned())),
+        JobStatus::WaitingSubtasks => {}
+        _ => return Ok(None),
+    }
+    let mut queue = std::collections::VecDeque::from([root.to_owned()]);
+    let mut seen = 0;
+    while let Some(id) = queue.pop_front() {
+        for child in store.children(&id).map_err(Failure::usage)? {
+            seen += 1;
+            if seen > MAX_TREE {
+                return Ok(None);
+            }
+            match store.summary(&child).map_err(Failure::usage)?.status {
+                JobStatus::Pending => return Ok(Some(child)),
+                status if !status.is_final() => queue.push_back(child),
+                _ => {}
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Jobs of one tree `maestro run` looks through for one to run.
+const MAX_TREE: usize = 4096;
 
 /// Prints the steps of a run as they happen.
 struct StepPrinter {
@@ -174,6 +305,38 @@ impl Observer for StepPrinter {
                     clip(&resume, 300)
                 );
             }
+            JobEvent::SkillChosen { piece, .. } => println!("  piece chosen: {piece}"),
+            JobEvent::IntakeCompleted { slots } => {
+                let slots = serde_json::to_string(slots).unwrap_or_default();
+                println!("  intake: {}", clip(&slots, 300));
+            }
+            JobEvent::ArtifactDrafted {
+                artifact, worker, ..
+            } => println!(
+                "  artifact {} drafted{}: {} ({}, {} bytes)",
+                artifact.id,
+                if *worker { " by the worker" } else { "" },
+                clip(&artifact.title, 200),
+                clip(&artifact.kind, 40),
+                artifact.content.len()
+            ),
+            JobEvent::Reviewed {
+                artifact_id,
+                verdict,
+            } => println!("  artifact {artifact_id} reviewed: {}", verdict.name()),
+            JobEvent::RevisionInstructed { artifact_id, text } => {
+                println!("  revise {artifact_id}: {}", clip(text, 300))
+            }
+            JobEvent::WorkerStarted { worker } => println!("  worker {worker} runs"),
+            JobEvent::WorkerAsked { worker, question } => {
+                println!("  worker {worker} asks: {}", clip(question, 300))
+            }
+            JobEvent::WorkerAnswered { worker, text } => {
+                println!("  answer for worker {worker}: {}", clip(text, 300))
+            }
+            JobEvent::WorkerEnded { worker, status } => {
+                println!("  worker {worker} ended: {status}")
+            }
         }
     }
 }
@@ -208,6 +371,7 @@ fn report(setup: &Setup, job: &JobState, result: &PieceRunResult) {
         } => {
             let ids = match &wait.request {
                 WaitRequest::Subtasks { job_ids } => job_ids.join(", "),
+                WaitRequest::Worker { worker } => format!("{worker} (its worker)"),
                 _ => String::new(),
             };
             let show = setup.store_flags().join(" ");
@@ -284,7 +448,100 @@ fn report(setup: &Setup, job: &JobState, result: &PieceRunResult) {
                         command("answer", &format!(" {}", shell_quote("<message>")))
                     );
                 }
-                WaitRequest::Subtasks { .. } => {}
+                WaitRequest::SkillSelection { pieces } => {
+                    println!("  the job has no piece yet; choose one of:");
+                    for piece in pieces {
+                        println!(
+                            "    {:<16} {}",
+                            printable(&piece.name),
+                            clip(&piece.description, 100)
+                        );
+                    }
+                    println!("  with:");
+                    println!("{}", command("choose", " <piece>"));
+                }
+                WaitRequest::Intake { prompt, fields } => {
+                    println!("  intake: {}", printable(prompt));
+                    let mut slots = String::new();
+                    for field in fields {
+                        println!(
+                            "    {}{}: {}{}",
+                            printable(&field.name),
+                            if field.required { " (required)" } else { "" },
+                            printable(&field.description),
+                            field
+                                .value
+                                .as_deref()
+                                .map(|value| format!(" [now: {}]", clip(value, 80)))
+                                .unwrap_or_default()
+                        );
+                        slots.push_str(&format!(
+                            " --slot {}",
+                            shell_quote(&format!("{}=<value>", field.name))
+                        ));
+                    }
+                    println!("  fill it in (or confirm it as it stands, without --slot) with:");
+                    println!("{}", command("intake", &slots));
+                }
+                WaitRequest::ArtifactReview {
+                    artifact_id,
+                    title,
+                    artifact_kind,
+                    media_type,
+                    worker,
+                    ..
+                } => {
+                    println!(
+                        "  {} {artifact_id} to review{}: {} ({})",
+                        printable(artifact_kind),
+                        worker
+                            .as_deref()
+                            .map(|worker| format!(" from worker {worker}"))
+                            .unwrap_or_default(),
+                        printable(title),
+                        printable(media_type)
+                    );
+                    let show = setup.store_flags().join(" ");
+                    println!(
+                        "  read it with:\n    maestro jobs artifacts {} {show}",
+                        job.id
+                    );
+                    println!("  accept it, reject it, or ask for a revision with:");
+                    println!("{}", command("accept", ""));
+                    println!(
+                        "{}",
+                        command("reject", &format!(" {}", shell_quote("<reason>")))
+                    );
+                    println!(
+                        "{}",
+                        command("revise", &format!(" {}", shell_quote("<instruction>")))
+                    );
+                }
+                WaitRequest::RevisionInstruction {
+                    artifact_id, title, ..
+                } => {
+                    println!(
+                        "  a revision of {artifact_id} ({}) waits for what to change; say it with:",
+                        printable(title)
+                    );
+                    println!(
+                        "{}",
+                        command("revise", &format!(" {}", shell_quote("<instruction>")))
+                    );
+                }
+                WaitRequest::WorkerQuestion {
+                    worker, question, ..
+                } => {
+                    println!(
+                        "  worker {worker} asks: {}\n  answer it here with:",
+                        printable(question)
+                    );
+                    println!(
+                        "{}",
+                        command("answer", &format!(" {}", shell_quote("<your answer>")))
+                    );
+                }
+                WaitRequest::Subtasks { .. } | WaitRequest::Worker { .. } => {}
             }
         }
     }

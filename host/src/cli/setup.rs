@@ -302,33 +302,54 @@ impl Setup {
         Ok(pieces)
     }
 
-    /// A new pending job of `piece` in `store` (for a worker to run).
+    /// A new pending job of `piece` in `store` (for a worker to run); without a piece, one that
+    /// waits for a human to choose a piece of the pieces folder.
     pub fn start_job(
         &self,
         store: &SqliteStore,
-        piece: &str,
+        piece: Option<&str>,
         input: String,
+        prefill: std::collections::BTreeMap<String, String>,
     ) -> Result<String, Failure> {
-        let piece = self.find_piece(piece)?;
-        let mut job = crate::engine::JobState::new(
-            crate::store::new_job_id(),
-            &piece.name.value,
-            &piece.initial_movement.value,
-            input,
-        );
-        job.piece_origin = piece.origin.display().to_string();
+        let mut job = match piece {
+            Some(piece) => {
+                let piece = self.find_piece(piece)?;
+                let mut job = crate::engine::JobState::new(
+                    crate::store::new_job_id(),
+                    &piece.name.value,
+                    &piece.initial_movement.value,
+                    input,
+                );
+                job.piece_origin = piece.origin.display().to_string();
+                job
+            }
+            None => {
+                // Whoever runs it offers the pieces it has: they must load.
+                self.all_pieces()?;
+                crate::engine::JobState::without_piece(crate::store::new_job_id(), input)
+            }
+        };
+        job.prefill = prefill;
         store.create(&job).map_err(Failure::usage)?;
         Ok(job.id)
     }
 
     /// An engine for a job that already exists: the piece file it started from when that file
-    /// is still there, otherwise the piece of that name in the pieces folder.
+    /// is still there, otherwise the piece of that name in the pieces folder. A job without a
+    /// piece gets the piece just `chosen` for it, or every piece of the folder.
     pub async fn engine_for_job(
         &self,
         runtime: &Runtime,
         job: &crate::engine::JobState,
+        chosen: Option<&str>,
         store: &Arc<SqliteStore>,
     ) -> Result<Engine, Failure> {
+        if job.piece.is_empty() {
+            return match chosen {
+                Some(piece) => self.engine(runtime, piece, store).await,
+                None => self.engine_all(runtime, store).await,
+            };
+        }
         let origin = Path::new(&job.piece_origin);
         let piece = if !job.piece_origin.is_empty() && origin.is_file() {
             let piece = load_piece(origin).map_err(Failure::usage)?;

@@ -16,10 +16,9 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::plugin::wit::WIT_PACKAGE;
 use crate::plugin::{
-    CallError, CallRequest, Outcome, Park, Plugin, PluginPolicy, Resume, Runtime, SubtaskResult,
-    SubtaskStatus, Terminal, ToolSpec,
+    CallError, CallRequest, Fact, Outcome, Park, Plugin, PluginPolicy, Resume, Review, Runtime,
+    SubtaskResult, SubtaskStatus, Terminal, ToolSpec, Verdict,
 };
 
 pub use sample::Fill;
@@ -106,7 +105,8 @@ pub async fn check(runtime: &Runtime, path: &Path, policy: PluginPolicy) -> Repo
         None,
         Status::Pass,
         format!(
-            "targets {WIT_PACKAGE} (world `plugin`); {} tool(s); {} in {:.1} ms",
+            "targets {} (world `plugin`); {} tool(s); {} in {:.1} ms",
+            plugin.wit_version(),
             plugin.specs().len(),
             match load.compiled_from {
                 crate::plugin::CompiledFrom::Cache => "loaded from the compile cache",
@@ -267,17 +267,41 @@ fn resumes_for(park: &Park) -> Vec<Resume> {
         Park::BrowserLogin(_) => vec![Resume::LoggedIn("session=maestro-check".into())],
         Park::ToolRequest(_) => vec![Resume::Approved, Resume::Denied("a check".into())],
         Park::Subtasks(ids) => vec![Resume::SubtasksDone(
-            ids.iter()
-                .map(|id| SubtaskResult {
-                    job_id: id.clone(),
-                    status: SubtaskStatus::Completed,
-                    output: "done".into(),
-                })
-                .collect(),
+            ids.iter().map(|id| finished_child(id)).collect(),
         )],
+        Park::Artifact(_) => {
+            let reviewed = |verdict| {
+                Resume::Reviewed(Review {
+                    artifact_id: "art-maestro-check".into(),
+                    verdict,
+                })
+            };
+            vec![
+                reviewed(Verdict::Accepted),
+                reviewed(Verdict::Rejected("a check".into())),
+                reviewed(Verdict::RevisionRequested("shorter, please".into())),
+            ]
+        }
+        Park::Worker(_) => vec![Resume::WorkerDone(finished_child("job-maestro-check"))],
     };
     resumes.push(Resume::Expired);
     resumes
+}
+
+/// A child job that completed, with one fact, as a resume reports it.
+fn finished_child(id: &str) -> SubtaskResult {
+    SubtaskResult {
+        job_id: id.to_owned(),
+        status: SubtaskStatus::Completed,
+        output: "done".into(),
+        facts: vec![Fact {
+            artifact_id: "art-maestro-check".into(),
+            kind: "report".into(),
+            title: "A checked report".into(),
+            media_type: "text/markdown".into(),
+            body: "# Done".into(),
+        }],
+    }
 }
 
 /// A tool error is the tool's answer (pass); a crash, a limit or a host failure is the
@@ -308,6 +332,8 @@ fn park_label(park: &Park) -> String {
         Park::BrowserLogin(_) => "park browser-login",
         Park::ToolRequest(_) => "park tool-request",
         Park::Subtasks(_) => "park subtasks",
+        Park::Artifact(_) => "park artifact",
+        Park::Worker(_) => "park worker",
     }
     .into()
 }

@@ -6,20 +6,26 @@
 //! `next`; a control-flow outcome of any tool becomes its sentinel — terminal outcomes end the
 //! job, parks record the call (and the content hash of the plugin that made it) so that the
 //! resume re-invokes that very call with `resume` set, in the same movement; a policy that
-//! wants approval parks the call before it runs. Nothing a model or a tool does can make the
-//! loop spin forever: model turns, consecutive text-only replies and the piece's movements are
-//! all bounded, and each guard names itself. Every tool call the model made gets exactly one
-//! answer in the conversation (parked calls get theirs on resume).
+//! wants approval (or the piece's `approve`) parks the call before it runs. The job's session is
+//! asked before a tool runs: a call it refuses does not run, and the model is told why. Nothing
+//! a model or a tool does can make the loop spin forever: model turns, consecutive text-only
+//! replies and the piece's movements are all bounded, and each guard names itself. Every tool
+//! call the model made gets exactly one answer in the conversation (parked calls get theirs on
+//! resume).
 
+use super::answer::Answer;
 use super::events::{JobEvent, Observer};
-use super::job::{JobState, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest};
+use super::job::{GateOwner, JobState, PinnedPlugin, ResumePoint, Wait};
 use super::piece_runner::{Guard, MovementResult};
 use super::prompt;
 use super::tools::{TRANSITION_TOOL, ToolCatalog};
+use super::wait::{WaitReason, WaitRequest};
 use super::{CancelFlag, ChildJobs, EngineLimits};
+use super::{artifacts, resume, workers};
 use crate::llm::{ChatRequest, Message, Model, ToolCall};
+use crate::phase::{RuntimePhase, TransitionError};
 use crate::piece::{DefaultNext, Movement, Next, Piece, Sentinel};
-use crate::plugin::{CallRequest, Outcome, Park, Plugin, Resume, Terminal};
+use crate::plugin::{CallRequest, Outcome, Park, Plugin, Terminal};
 
 /// Everything a movement runs against; one per job run.
 pub(crate) struct LoopContext<'a> {
@@ -33,15 +39,24 @@ pub(crate) struct LoopContext<'a> {
 }
 
 impl LoopContext<'_> {
-    pub fn emit(&self, job: &JobState, event: JobEvent) {
-        self.observer.on_event(&job.id, &event);
+    /// Records an event the phase machine has no rule for (a model reply, a tool's answer, a
+    /// movement entered): the session takes it without a step.
+    pub fn emit(&self, job: &mut JobState, event: JobEvent) {
+        if let Err(refused) = super::record(self.observer, job, event) {
+            tracing::error!(job = %job.id, "the job's session refused an event it has no rule for: {refused}");
+        }
+    }
+
+    /// Records `event` once the job's session accepts it; refused, nothing is recorded.
+    pub fn record(&self, job: &mut JobState, event: JobEvent) -> Result<(), TransitionError> {
+        super::record(self.observer, job, event)
     }
 }
 
 /// Whether a tool call leaves the movement running.
 // Made once per tool call and consumed at once: boxing the result would buy nothing.
 #[allow(clippy::large_enum_variant)]
-enum Flow {
+pub(super) enum Flow {
     Continue,
     Finish(MovementResult),
 }
@@ -52,17 +67,16 @@ pub(crate) async fn run_movement(
     cx: &LoopContext<'_>,
     movement: &Movement,
     job: &mut JobState,
-    resume: Option<(ResumePoint, Resume)>,
+    resume: Option<(Wait, Answer)>,
 ) -> MovementResult {
-    if let Some((point, answer)) = resume {
-        if !matches!(answer, Resume::SubtasksDone(_) | Resume::Expired) {
-            // A human answered: the model gets a fresh budget to act on the answer, and a new
-            // burst of tool calls begins (the phase machine's user event).
+    if let Some((wait, answer)) = resume {
+        if answer.is_human() {
+            // A human answered: the model gets a fresh budget to act on the answer (the
+            // session starts a new burst of tool calls itself).
             job.turns = 0;
             job.text_only_streak = 0;
-            job.burst = 0;
         }
-        if let Flow::Finish(result) = settle_resume(cx, movement, job, point, answer).await {
+        if let Flow::Finish(result) = resume::settle_resume(cx, movement, job, wait, answer).await {
             return result;
         }
     }
@@ -182,26 +196,32 @@ async fn run_call(
     job: &mut JobState,
     call: &ToolCall,
 ) -> Flow {
-    cx.emit(
-        job,
-        JobEvent::ToolCalled {
-            movement: job.movement.clone(),
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
-            arguments: call.arguments.clone(),
-        },
-    );
+    let called = JobEvent::ToolCalled {
+        movement: job.movement.clone(),
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        arguments: call.arguments.clone(),
+    };
+    if let Err(refused) = cx.record(job, called) {
+        let note = format!(
+            "Not run: the job's session refuses it ({}).",
+            refused.violation
+        );
+        answer(cx, job, &call.id, &call.name, note, true);
+        return Flow::Continue;
+    }
     if cx.cancel.is_cancelled() {
         return Flow::Finish(MovementResult::cancelled());
     }
     if call.name == TRANSITION_TOOL && !movement.rules.is_empty() {
         return transition(cx, movement, job, call);
     }
-    if call.name != TRANSITION_TOOL {
-        job.burst += 1;
-        if job.burst >= job.max_burst {
-            return Flow::Finish(burst_gate(job, call));
-        }
+    // The call that reaches the burst limit moved the session to waiting for the user.
+    let burst_reached = job
+        .phase_session()
+        .is_some_and(|session| session.phase() == RuntimePhase::WaitingUser);
+    if call.name != TRANSITION_TOOL && burst_reached {
+        return Flow::Finish(burst_gate(job, call));
     }
     dispatch(cx, movement, job, call).await
 }
@@ -215,7 +235,7 @@ fn burst_gate(job: &JobState, call: &ToolCall) -> MovementResult {
         request: WaitRequest::BurstConfirmation {
             tool: call.name.clone(),
             arguments: call.arguments.clone(),
-            calls: job.burst,
+            calls: job.burst(),
         },
         resume: ResumePoint::BurstGate { call: call.clone() },
     };
@@ -224,7 +244,7 @@ fn burst_gate(job: &JobState, call: &ToolCall) -> MovementResult {
 
 /// A call that may run now: a tool of the movement with JSON arguments, held for approval when
 /// the policy says so, otherwise invoked.
-async fn dispatch(
+pub(super) async fn dispatch(
     cx: &LoopContext<'_>,
     movement: &Movement,
     job: &mut JobState,
@@ -262,10 +282,17 @@ async fn dispatch(
         name: plugin.name().to_owned(),
         content_hash: plugin.content_hash().to_owned(),
     };
+    let gate = if plugin.policy().require_approval {
+        Some(GateOwner::Policy)
+    } else if movement.needs_approval(&call.name) {
+        Some(GateOwner::Piece)
+    } else {
+        None
+    };
     let granted = match use_grant(job, &request, plugin.content_hash()) {
         GrantUse::Granted => true,
         GrantUse::NoGrant => false,
-        GrantUse::OtherCall(approved) if !plugin.policy().require_approval => {
+        GrantUse::OtherCall(approved) if gate.is_none() => {
             let note = format!(
                 "Not run: a human approved `{}` only with the arguments {approved}; call it with \
                  exactly those, or ask again with RequestTool.",
@@ -276,21 +303,29 @@ async fn dispatch(
         }
         GrantUse::OtherCall(_) => false,
     };
-    if plugin.policy().require_approval && !granted {
+    if let Some(by) = gate.filter(|_| !granted) {
+        let reason = match by {
+            GateOwner::Policy => format!(
+                "the operator's policy requires a human to approve every call of plugin `{}`",
+                plugin.name()
+            ),
+            GateOwner::Piece => format!(
+                "piece `{}` requires a human to approve every call of `{}` in movement `{}`",
+                cx.piece.name.value, call.name, job.movement
+            ),
+        };
         let wait = Wait {
             id: 0,
             reason: Some(WaitReason::ToolRequest),
             request: WaitRequest::ToolApproval {
                 tool: call.name.clone(),
-                reason: format!(
-                    "the operator's policy requires a human to approve every call of plugin `{}`",
-                    plugin.name()
-                ),
+                reason,
                 arguments: call.arguments.clone(),
             },
             resume: ResumePoint::ApprovalGate {
                 call: request,
                 plugin: pin,
+                by,
             },
         };
         let resume_movement = job.movement.clone();
@@ -300,7 +335,7 @@ async fn dispatch(
             wait,
         ));
     }
-    invoke(cx, job, plugin, request, pin).await
+    invoke(cx, movement, job, plugin, request, pin).await
 }
 
 /// What the job's grants say of a call.
@@ -330,8 +365,9 @@ fn use_grant(job: &mut JobState, request: &CallRequest, content_hash: &str) -> G
 }
 
 /// Runs one call on `plugin` and turns its outcome into the movement's next step.
-async fn invoke(
+pub(super) async fn invoke(
     cx: &LoopContext<'_>,
+    movement: &Movement,
     job: &mut JobState,
     plugin: &Plugin,
     request: CallRequest,
@@ -380,7 +416,18 @@ async fn invoke(
             if let Some(result) = park_limit(cx, job, &call_id, &tool) {
                 return Flow::Finish(result);
             }
+            let call = CallRequest {
+                resume: None,
+                ..request
+            };
             let (sentinel, reason, wait_request) = match park {
+                Park::Artifact(draft) => {
+                    return artifacts::hand_in(cx, movement, job, plugin, call, pin, draft).await;
+                }
+                Park::Worker(worker) => {
+                    return workers::start_worker(cx, movement, job, plugin, call, pin, worker)
+                        .await;
+                }
                 Park::Ask(question) => (
                     Sentinel::Ask,
                     Some(WaitReason::Input),
@@ -413,13 +460,7 @@ async fn invoke(
                 id: 0,
                 reason,
                 request: wait_request,
-                resume: ResumePoint::ParkedCall {
-                    call: CallRequest {
-                        resume: None,
-                        ..request
-                    },
-                    plugin: pin,
-                },
+                resume: ResumePoint::ParkedCall { call, plugin: pin },
             };
             // Iron rule: a tool park resumes in the movement it interrupted.
             let resume_movement = job.movement.clone();
@@ -464,7 +505,7 @@ fn learn_children(cx: &LoopContext<'_>, job: &mut JobState) {
 }
 
 /// Counts a park of this movement; past the limit the call is answered and the job aborted.
-fn park_limit(
+pub(super) fn park_limit(
     cx: &LoopContext<'_>,
     job: &mut JobState,
     call_id: &str,
@@ -488,104 +529,6 @@ fn park_limit(
         true,
     );
     Some(MovementResult::guard(Guard::ParkLimit, reason))
-}
-
-/// The answer to a park of this movement: re-invoke the parked call, or settle the approval.
-async fn settle_resume(
-    cx: &LoopContext<'_>,
-    movement: &Movement,
-    job: &mut JobState,
-    point: ResumePoint,
-    answer_given: Resume,
-) -> Flow {
-    let (call, pin, gate) = match point {
-        ResumePoint::ParkedCall { call, plugin } => (call, plugin, false),
-        ResumePoint::ApprovalGate { call, plugin } => (call, plugin, true),
-        ResumePoint::EnterMovement => {
-            return Flow::Finish(MovementResult::unsettled(
-                "a movement-entry resume reached the agent loop",
-            ));
-        }
-        ResumePoint::BurstGate { call } => {
-            return settle_burst(cx, movement, job, &call, answer_given).await;
-        }
-    };
-    // `Err` carries the message of an unsettled movement.
-    let pinned = |call: &CallRequest| {
-        cx.catalog
-            .pinned(&pin.content_hash)
-            .cloned()
-            .ok_or_else(|| {
-                format!(
-                    "call `{}` parked on plugin `{}` version {}, which is no longer loaded",
-                    call.call_id, pin.name, pin.content_hash
-                )
-            })
-    };
-    if !gate {
-        return match pinned(&call) {
-            Ok(plugin) => invoke(cx, job, &plugin, call.resumed(answer_given), pin).await,
-            Err(message) => Flow::Finish(MovementResult::unsettled(message)),
-        };
-    }
-    // A denied or expired approval never runs the call, so it needs no plugin.
-    match answer_given {
-        Resume::Approved => match pinned(&call) {
-            Ok(plugin) => invoke(cx, job, &plugin, call, pin).await,
-            Err(message) => Flow::Finish(MovementResult::unsettled(message)),
-        },
-        Resume::Denied(reason) => {
-            let note = format!("A human denied this call: {reason}");
-            answer(cx, job, &call.call_id, &call.tool, note, true);
-            Flow::Continue
-        }
-        Resume::Expired => {
-            let note = "The approval request expired before anyone answered; the call did not run.";
-            answer(cx, job, &call.call_id, &call.tool, note.into(), true);
-            Flow::Continue
-        }
-        other => Flow::Finish(MovementResult::unsettled(format!(
-            "an approval was answered with {other:?}"
-        ))),
-    }
-}
-
-/// A human's word on the call the burst limit held back.
-async fn settle_burst(
-    cx: &LoopContext<'_>,
-    movement: &Movement,
-    job: &mut JobState,
-    call: &ToolCall,
-    answer_given: Resume,
-) -> Flow {
-    let note = match answer_given {
-        Resume::Approved => return dispatch(cx, movement, job, call).await,
-        Resume::Denied(reason) => format!(
-            "Not run: after a burst of tool calls a human stopped this one. Their reason: {reason}"
-        ),
-        Resume::Answered(text) => format!(
-            "Not run: after a burst of tool calls the user was asked whether to go on and \
-             replied: {text}"
-        ),
-        Resume::Expired => {
-            let note = "Not run: nobody said to go on after the burst of tool calls.";
-            answer(cx, job, &call.id, &call.name, note.into(), true);
-            return Flow::Finish(MovementResult::guard(
-                Guard::BurstLimit,
-                format!(
-                    "the job made {} tool calls without a human and nobody said to go on",
-                    job.max_burst
-                ),
-            ));
-        }
-        other => {
-            return Flow::Finish(MovementResult::unsettled(format!(
-                "a burst confirmation was answered with {other:?}"
-            )));
-        }
-    };
-    answer(cx, job, &call.id, &call.name, note, true);
-    Flow::Continue
 }
 
 fn transition(
@@ -657,7 +600,7 @@ fn transition(
 
 /// Writes the answer to a tool call right after the block of answers that follows the model
 /// message that made it, so a call answered on resume stays next to its siblings.
-fn answer(
+pub(super) fn answer(
     cx: &LoopContext<'_>,
     job: &mut JobState,
     call_id: &str,

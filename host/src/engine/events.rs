@@ -4,22 +4,47 @@
 //! Invariant: events are facts that already happened, emitted in order; observing them cannot
 //! change the run.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-use super::job::{JobStatus, WaitReason, WaitRequest};
-use crate::plugin::Resume;
+use super::answer::{Answer, HumanVerdict};
+use super::job::JobStatus;
+use super::wait::{WaitReason, WaitRequest};
+use crate::phase::{AcceptanceMode, ArtifactDraft, SkillIndexEntry};
 
 /// One thing that happened in a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum JobEvent {
     Started {
+        /// Empty for a job whose piece a human chooses among `choose_from`.
         piece: String,
         input: String,
         parent: Option<String>,
         /// The tool-call burst the job may make before a human must say go on.
         #[serde(default = "super::job::default_max_burst")]
         max_burst: u32,
+        /// How the job's artifacts become facts.
+        #[serde(default)]
+        acceptance: AcceptanceMode,
+        /// The pieces a human chooses from, for a job started without one.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        choose_from: Vec<SkillIndexEntry>,
+        /// The piece's intake prompt; without one, the input is the intake.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        intake: Option<String>,
+    },
+    /// A human chose the piece of a job started without one.
+    SkillChosen {
+        piece: String,
+        /// The piece's intake prompt; without one, the input is the intake.
+        intake: Option<String>,
+        input: String,
+    },
+    /// The intake was filled in (or confirmed as it stood): these are its slots.
+    IntakeCompleted {
+        slots: BTreeMap<String, String>,
     },
     MovementEntered {
         movement: String,
@@ -62,7 +87,49 @@ pub enum JobEvent {
         #[serde(default)]
         wait: u32,
         movement: String,
-        resume: Resume,
+        /// The answer (a login's session is withheld).
+        resume: Answer,
+    },
+    /// An artifact was handed in for review: by a tool call of this job, or by the job's
+    /// worker (`worker`). `acceptance` is how it is accepted, when the movement says otherwise
+    /// than the piece.
+    ArtifactDrafted {
+        artifact: ArtifactDraft,
+        /// The call that handed it in, or the worker.
+        by: String,
+        #[serde(default)]
+        worker: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        acceptance: Option<AcceptanceMode>,
+    },
+    /// A human's verdict on the artifact under review.
+    Reviewed {
+        artifact_id: String,
+        verdict: HumanVerdict,
+    },
+    /// The instruction of a revision asked for without one.
+    RevisionInstructed {
+        artifact_id: String,
+        text: String,
+    },
+    /// A worker (a child job) started, or went on after its parent answered it.
+    WorkerStarted {
+        worker: String,
+    },
+    /// The worker asked a question, which waits for an answer here.
+    WorkerAsked {
+        worker: String,
+        question: String,
+    },
+    /// A human answered the worker's question here; the answer goes on to the worker.
+    WorkerAnswered {
+        worker: String,
+        text: String,
+    },
+    /// The worker ended.
+    WorkerEnded {
+        worker: String,
+        status: JobStatus,
     },
     Finished {
         status: JobStatus,

@@ -3,10 +3,15 @@
 //! Invariant: a `JobState` is everything needed to continue a job in another process: it holds
 //! no handle, no plugin and no model, only data (serde), so a parked job is a row in a store.
 //! `wait` is `Some` exactly when the status is `waiting_human` or `waiting_subtasks`, and then
-//! `movement` is the movement the job resumes at.
+//! `movement` is the movement the job resumes at. `session` is the phase machine's session of
+//! the job, stepped through exactly the events of its log, so it is the fold of that log.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::session::JobSession;
+use super::wait::{WaitReason, WaitRequest};
 use crate::llm::{Message, ToolCall};
 use crate::plugin::{CallRequest, Resume};
 
@@ -72,98 +77,6 @@ impl std::fmt::Display for JobStatus {
     }
 }
 
-/// Why a `waiting_human` job waits (DESIGN §5, "wait reason").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WaitReason {
-    Input,
-    BrowserLogin,
-    ToolRequest,
-}
-
-impl WaitReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitReason::Input => "input",
-            WaitReason::BrowserLogin => "browser_login",
-            WaitReason::ToolRequest => "tool_request",
-        }
-    }
-}
-
-/// What a parked job waits for, as shown to whoever must answer it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum WaitRequest {
-    /// A question for the user (`ASK`).
-    Question { question: String },
-    /// A login in a browser; the answer is the session (cookie) to use.
-    BrowserLogin { url: String, reason: String },
-    /// A human must approve or deny running `tool` with exactly these arguments.
-    ToolApproval {
-        tool: String,
-        reason: String,
-        arguments: String,
-    },
-    /// Child jobs that must all end first.
-    Subtasks { job_ids: Vec<String> },
-    /// The agent made `calls` tool calls since a human last spoke; before it runs the next one
-    /// (`tool` with `arguments`), a human says go on (approve), stop (deny, with a reason the
-    /// model reads) or something else (answer, passed to the model). Not a question: it does not
-    /// count toward the ask limit.
-    BurstConfirmation {
-        tool: String,
-        arguments: String,
-        calls: u32,
-    },
-}
-
-impl WaitRequest {
-    /// Checks that `resume` answers this kind of wait; a mismatch names both.
-    pub fn accepts(&self, resume: &Resume) -> Result<(), String> {
-        let fits = matches!(
-            (self, resume),
-            (_, Resume::Expired)
-                | (WaitRequest::Question { .. }, Resume::Answered(_))
-                | (WaitRequest::BrowserLogin { .. }, Resume::LoggedIn(_))
-                | (
-                    WaitRequest::ToolApproval { .. },
-                    Resume::Approved | Resume::Denied(_)
-                )
-                | (WaitRequest::Subtasks { .. }, Resume::SubtasksDone(_))
-                | (
-                    WaitRequest::BurstConfirmation { .. },
-                    Resume::Approved | Resume::Denied(_) | Resume::Answered(_)
-                )
-        );
-        if fits {
-            Ok(())
-        } else {
-            Err(format!(
-                "the job waits for {}, which `{}` does not answer",
-                self.describe(),
-                resume_name(resume)
-            ))
-        }
-    }
-
-    /// Whether this is the agent's question to the user (what the ask limit counts).
-    pub fn is_question(&self) -> bool {
-        matches!(self, WaitRequest::Question { .. })
-    }
-
-    /// A short human description: "an answer to a question", …
-    pub fn describe(&self) -> &'static str {
-        match self {
-            WaitRequest::Question { .. } => "an answer to a question",
-            WaitRequest::BrowserLogin { .. } => "a browser login",
-            WaitRequest::ToolApproval { .. } => "a tool approval",
-            WaitRequest::Subtasks { .. } => "its subtasks",
-            WaitRequest::BurstConfirmation { .. } => "a go-ahead after a burst of tool calls",
-        }
-    }
-}
-
 /// The name of a resume kind as the WIT spells it.
 pub fn resume_name(resume: &Resume) -> &'static str {
     match resume {
@@ -173,11 +86,24 @@ pub fn resume_name(resume: &Resume) -> &'static str {
         Resume::LoggedIn(_) => "logged-in",
         Resume::SubtasksDone(_) => "subtasks-done",
         Resume::Expired => "expired",
+        Resume::Reviewed(_) => "reviewed",
+        Resume::WorkerDone(_) => "worker-done",
     }
 }
 
 pub(super) fn default_max_burst() -> u32 {
     crate::phase::DEFAULT_MAX_BURST
+}
+
+/// Who holds a call at the approval gate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateOwner {
+    /// The operator's policy (`require_approval`).
+    #[default]
+    Policy,
+    /// The piece (`approve` in the movement).
+    Piece,
 }
 
 /// How a parked job continues once its wait is answered.
@@ -194,12 +120,16 @@ pub enum ResumePoint {
     ApprovalGate {
         call: CallRequest,
         plugin: PinnedPlugin,
+        #[serde(default)]
+        by: GateOwner,
     },
     /// A rule chose `WAIT_SUBTASKS`: enter the resume movement with the children's results.
     EnterMovement,
     /// The burst limit stopped the agent before this call: run it once a human says go on.
     /// The model's call as it made it (the arguments may not even be JSON), not yet checked.
     BurstGate { call: ToolCall },
+    /// The job has not entered its piece yet: a piece is chosen, or its intake filled in.
+    EnterPiece,
 }
 
 /// What a human approved through a tool's `tool-request`: one call of `tool`, on the plugin
@@ -262,14 +192,18 @@ pub struct JobState {
     /// stops a tool that parks again each time it is resumed.
     #[serde(default)]
     pub movement_parks: u32,
-    /// Tool calls (not transitions) since a human last acted: the phase machine's tool-loop
-    /// burst count, kept here so that a resume in another process goes on counting.
+    /// The phase machine's session of this job: who may act, the burst of tool calls since a
+    /// human acted (its limit fixed when the job started), the intake's slots, the artifacts.
+    /// `None` only in a job stored before sessions were kept with jobs: whoever runs it folds
+    /// the session from its log first.
     #[serde(default)]
-    pub burst: u32,
-    /// The burst limit, fixed when the job starts: an engine configured otherwise later still
-    /// counts this job as its log does.
-    #[serde(default = "default_max_burst")]
-    pub max_burst: u32,
+    pub session: Option<JobSession>,
+    /// A worker: a child job whose questions and drafts are answered at its parent.
+    #[serde(default)]
+    pub reviewed_by_parent: bool,
+    /// Intake values given when the job was started, shown filled in for a human to confirm.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prefill: BTreeMap<String, String>,
     pub conversation: Vec<Message>,
     pub wait: Option<Wait>,
     /// When the current wait expires (Unix ms); the job is then resumed with `expired`. Set by
@@ -306,8 +240,9 @@ impl JobState {
             asks: 0,
             parks: 0,
             movement_parks: 0,
-            burst: 0,
-            max_burst: default_max_burst(),
+            session: Some(JobSession::default()),
+            reviewed_by_parent: false,
+            prefill: BTreeMap::new(),
             wait: None,
             wait_expires_at_ms: None,
             children: Vec::new(),
@@ -315,32 +250,27 @@ impl JobState {
             result: None,
         }
     }
+
+    /// A job that a human starts by choosing its piece: it waits in skill selection.
+    pub fn without_piece(id: String, input: String) -> Self {
+        Self::new(id, "", "", input)
+    }
+
+    /// The phase machine's view of the job, once it has one.
+    pub fn phase_session(&self) -> Option<&crate::phase::RuntimeSession> {
+        self.session.as_ref().map(JobSession::session)
+    }
+
+    /// Tool calls since a human last acted, as the session counts them.
+    pub fn burst(&self) -> u32 {
+        self.phase_session()
+            .map_or(0, crate::phase::RuntimeSession::tool_loop_burst_count)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_wait_accepts_expiry_and_only_its_own_answer() {
-        let question = WaitRequest::Question {
-            question: "?".into(),
-        };
-        assert!(question.accepts(&Resume::Answered("a".into())).is_ok());
-        assert!(question.accepts(&Resume::Expired).is_ok());
-        let error = question.accepts(&Resume::Approved).unwrap_err();
-        assert!(error.contains("an answer to a question") && error.contains("approved"));
-        let approval = WaitRequest::ToolApproval {
-            tool: "t".into(),
-            reason: "r".into(),
-            arguments: "{}".into(),
-        };
-        assert!(approval.accepts(&Resume::Denied("no".into())).is_ok());
-        assert!(approval.accepts(&Resume::LoggedIn("s".into())).is_err());
-        let subtasks = WaitRequest::Subtasks { job_ids: vec![] };
-        assert!(subtasks.accepts(&Resume::SubtasksDone(vec![])).is_ok());
-        assert!(subtasks.accepts(&Resume::Answered("x".into())).is_err());
-    }
 
     #[test]
     fn status_names_round_trip() {

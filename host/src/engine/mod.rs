@@ -8,31 +8,46 @@
 //! tools are ever run.
 
 mod agent_loop;
+mod answer;
+mod artifacts;
 mod events;
+mod handoff;
 mod job;
 mod piece_runner;
 mod prompt;
+mod resume;
 mod session;
+mod start;
 mod tools;
+mod wait;
+mod workers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+pub use answer::{Answer, EngineAnswer, HumanVerdict, WorkerNews};
+pub use artifacts::{MAX_ARTIFACTS_PER_JOB, artifact_view, facts_of};
 pub use events::{JobEvent, NoObserver, Observer, RecordingObserver};
 pub use job::{
-    Grant, JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest,
-    resume_name,
+    GateOwner, Grant, JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, resume_name,
 };
 pub use piece_runner::{
     Guard, MapContext, MovementResult, PieceRunResult, Step, Target, map_movement_result,
 };
-pub use session::{SessionLogError, job_session, runtime_events};
+pub use session::{
+    JobSession, SessionLogError, check_answer, job_session, live_session, runtime_events,
+};
 pub use tools::{CatalogError, CatalogSlot, TRANSITION_TOOL, ToolCatalog};
+pub use wait::{IntakeField, WaitReason, WaitRequest, intake_slots};
+pub use workers::child_job_id;
+
+use std::future::Future;
+use std::pin::Pin;
 
 use crate::llm::Model;
+use crate::phase::{RuntimePhase, SkillIndexEntry, TransitionError};
 use crate::piece::{LintError, Piece};
-use crate::plugin::Resume;
 
 /// The engine's guards against runaway jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,17 +120,50 @@ fn lint_report(errors: &[LintError]) -> String {
         .join("\n")
 }
 
+/// Records `event` in `job`: the job's session takes it first and refuses what the phase
+/// machine refuses, and then nothing is recorded. The one way the engine records an event, so
+/// the session is always the fold of the log.
+fn record(
+    observer: &dyn Observer,
+    job: &mut JobState,
+    event: JobEvent,
+) -> Result<(), TransitionError> {
+    let session = job.session.get_or_insert_with(JobSession::default);
+    session.observe(&job.id, &event)?;
+    observer.on_event(&job.id, &event);
+    Ok(())
+}
+
+/// Ends `job` from outside a run (a cancel, an engine that refused it): its status, result and
+/// wait are set, its session takes the end, and the event to append to its log is returned.
+pub fn end_outside(job: &mut JobState, status: JobStatus, detail: &str) -> JobEvent {
+    job.status = status;
+    job.wait = None;
+    job.wait_expires_at_ms = None;
+    job.result = Some(detail.to_owned());
+    let event = JobEvent::Finished {
+        status,
+        detail: detail.to_owned(),
+    };
+    if let Some(session) = &mut job.session
+        && let Err(refused) = session.observe(&job.id, &event)
+    {
+        tracing::warn!(job = %job.id, "the job's session took no end: {refused}");
+    }
+    event
+}
+
 /// The grant a human's approval of a tool's own `tool-request` gives: one call of the tool, on
 /// the version serving it now, with exactly the arguments shown. The policy's approval gate
 /// needs none (the approved call itself runs), nor does a tool no plugin serves.
-fn grant_of(catalog: &ToolCatalog, wait: &Wait, answer: &crate::plugin::Resume) -> Option<Grant> {
+fn grant_of(catalog: &ToolCatalog, wait: &Wait, answer: &Answer) -> Option<Grant> {
     let WaitRequest::ToolApproval {
         tool, arguments, ..
     } = &wait.request
     else {
         return None;
     };
-    if !matches!(answer, crate::plugin::Resume::Approved)
+    if !matches!(answer, Answer::Resume(crate::plugin::Resume::Approved))
         || !matches!(wait.resume, ResumePoint::ParkedCall { .. })
     {
         return None;
@@ -127,10 +175,32 @@ fn grant_of(catalog: &ToolCatalog, wait: &Wait, answer: &crate::plugin::Resume) 
     })
 }
 
-/// Where the engine learns which child jobs a job has started (through the `spawn-subtask`
-/// capability, which the job layer serves), for a rule `next: WAIT_SUBTASKS`.
+/// A future of the job layer's.
+pub type JobsFuture<T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send>>;
+
+/// What the job layer does for the engine with child jobs: which ones a job started (through
+/// the `spawn-subtask` capability, for a rule `next: WAIT_SUBTASKS`), and a job's worker —
+/// starting it, passing it an answer, cancelling it.
 pub trait ChildJobs: Send + Sync {
     fn children(&self, parent: &str) -> Vec<String>;
+
+    /// Starts the worker of `parent`'s call `call_id` (by plugin `plugin`): a child job of
+    /// `piece` whose questions and drafts are answered at the parent. Idempotent per call: a
+    /// call run again finds the worker it started.
+    fn start_worker(
+        &self,
+        parent: &str,
+        call_id: &str,
+        plugin: &str,
+        piece: &str,
+        input: &str,
+    ) -> JobsFuture<String>;
+
+    /// Records `answer` for the wait `wait` of the child `job`.
+    fn answer(&self, job: &str, answer: Answer, wait: u32) -> JobsFuture<()>;
+
+    /// Cancels the child `job` (and its own children).
+    fn cancel(&self, job: &str, reason: &str) -> JobsFuture<()>;
 }
 
 /// Runs jobs. Cheap to share behind an `Arc`; runs of different jobs may overlap.
@@ -237,8 +307,17 @@ impl Engine {
         &self.model
     }
 
-    /// A new job of `piece`, pending at its initial movement.
-    pub fn new_job(&self, id: String, piece: &str, input: String) -> Result<JobState, EngineError> {
+    /// A new job of `piece`, pending at its initial movement; without a piece, a job that
+    /// waits for a human to choose one of this engine's pieces.
+    pub fn new_job(
+        &self,
+        id: String,
+        piece: Option<&str>,
+        input: String,
+    ) -> Result<JobState, EngineError> {
+        let Some(piece) = piece else {
+            return Ok(JobState::without_piece(id, input));
+        };
         let piece = self
             .piece(piece)
             .ok_or_else(|| EngineError::UnknownPiece(piece.to_owned()))?;
@@ -247,13 +326,24 @@ impl Engine {
         Ok(job)
     }
 
+    /// The pieces a human may choose from, by name and description.
+    pub fn skill_index(&self) -> Vec<SkillIndexEntry> {
+        self.pieces
+            .values()
+            .map(|piece| SkillIndexEntry {
+                name: piece.name.value.clone(),
+                description: piece.description.trim().to_owned(),
+            })
+            .collect()
+    }
+
     /// Runs `job` until it ends or parks. A pending job runs from where it stands; a parked job
-    /// needs `resume`, which must answer what it waits for. The job is updated in place and the
+    /// needs `answer`, which must answer what it waits for. The job is updated in place and the
     /// result says how the run ended.
     pub async fn run(
         &self,
         job: &mut JobState,
-        resume: Option<Resume>,
+        answer: Option<Answer>,
         observer: &dyn Observer,
         cancel: &CancelFlag,
     ) -> Result<PieceRunResult, EngineError> {
@@ -262,11 +352,13 @@ impl Engine {
             status: job.status,
             message,
         };
-        let piece = self
-            .piece(&job.piece)
-            .ok_or_else(|| EngineError::UnknownPiece(job.piece.clone()))?
-            .clone();
-        let resume = match (job.status, resume) {
+        if job.session.is_none() {
+            return Err(not_runnable(
+                job,
+                "it has no session: fold it from the job's log first".to_owned(),
+            ));
+        }
+        let resume = match (job.status, answer) {
             (JobStatus::Pending | JobStatus::Running, None) => None,
             (JobStatus::Pending | JobStatus::Running, Some(_)) => {
                 return Err(not_runnable(job, "it waits for nothing".to_owned()));
@@ -275,50 +367,52 @@ impl Engine {
                 return Err(not_runnable(job, "it needs an answer to resume".to_owned()));
             }
             (status, Some(answer)) if status.is_waiting() => {
+                // A parent's answer to its worker is the answer itself once it arrives.
+                let answer = match answer {
+                    Answer::Engine(EngineAnswer::Forwarded { answer, .. }) => *answer,
+                    answer => answer,
+                };
                 let wait = job
                     .wait
-                    .as_ref()
+                    .clone()
                     .ok_or_else(|| not_runnable(job, "its wait record is missing".to_owned()))?;
                 wait.request
                     .accepts(&answer)
                     .map_err(|message| not_runnable(job, message))?;
-                if let Some(grant) = grant_of(&self.catalog.current(), wait, &answer) {
+                if let Some(grant) = grant_of(&self.catalog.current(), &wait, &answer) {
                     job.grants.push(grant);
                 }
-                Some((wait.id, wait.resume.clone(), answer))
+                Some((wait, answer))
             }
             _ => return Err(not_runnable(job, "it has ended".to_owned())),
         };
-        if job.status == JobStatus::Pending && job.movements_entered == 0 {
-            job.max_burst = self.limits.max_burst;
-            observer.on_event(
-                &job.id,
-                &JobEvent::Started {
-                    piece: job.piece.clone(),
-                    input: job.input.clone(),
-                    parent: job.parent.clone(),
-                    max_burst: job.max_burst,
-                },
-            );
+        let never_started = job
+            .phase_session()
+            .is_some_and(|session| session.phase() == RuntimePhase::Idle);
+        if never_started && let Err(refused) = start::record_start(self, job, observer) {
+            return Err(not_runnable(job, refused));
         }
-        let resume = resume.map(|(wait, point, answer)| {
-            observer.on_event(
-                &job.id,
-                &JobEvent::Resumed {
-                    wait,
-                    movement: job.movement.clone(),
-                    // The log is kept for good: a login's session cookie stays out of it.
-                    resume: match &answer {
-                        Resume::LoggedIn(_) => Resume::LoggedIn("(session withheld)".to_owned()),
-                        other => other.clone(),
-                    },
-                },
-            );
-            (point, answer)
-        });
+        if let Some((wait, answer)) = &resume {
+            let resumed = JobEvent::Resumed {
+                wait: wait.id,
+                movement: job.movement.clone(),
+                resume: answer.for_the_log(),
+            };
+            record(observer, job, resumed).map_err(|refused| {
+                not_runnable(job, format!("its session refuses the answer: {refused}"))
+            })?;
+        }
         job.status = JobStatus::Running;
         job.wait = None;
         job.wait_expires_at_ms = None;
+        let resume = match start::before_piece(self, job, resume, observer)? {
+            start::Entry::Stopped(result) => return Ok(result),
+            start::Entry::Enter(resume) => resume,
+        };
+        let piece = self
+            .piece(&job.piece)
+            .ok_or_else(|| EngineError::UnknownPiece(job.piece.clone()))?
+            .clone();
         // One snapshot for the whole run: a reload mid-run never mixes versions in it.
         let catalog = self.catalog.current();
         let cx = agent_loop::LoopContext {

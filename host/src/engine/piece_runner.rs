@@ -5,14 +5,18 @@
 //! movement name continues the piece; `COMPLETE` completes; `ABORT` aborts (or cancels, when
 //! the cause is a cancellation); `ASK` parks as `waiting_human`/input (aborts past the ask
 //! limit); `WAIT_SUBTASKS` parks as `waiting_subtasks`; `WAITING_HUMAN_BROWSER` and
-//! `WAITING_HUMAN_TOOL_REQUEST` park as `waiting_human` with their reason; no `next` is an error.
-//! Every park carries a resume movement — a park without one is an error, never a silent end.
+//! `WAITING_HUMAN_TOOL_REQUEST` park as `waiting_human` with their reason, and so do the
+//! engine's `WAITING_HUMAN_REVIEW` (an artifact's review or a revision's instruction) and
+//! `WAITING_HUMAN_WORKER` (a worker's question); no `next` is an error. Every park carries a
+//! resume movement — a park without one is an error, never a silent end.
 
 use serde::{Deserialize, Serialize};
 
 use super::agent_loop::{self, LoopContext};
-use super::events::JobEvent;
-use super::job::{JobState, JobStatus, ResumePoint, Wait, WaitReason};
+use super::answer::Answer;
+use super::events::{JobEvent, Observer};
+use super::job::{JobState, JobStatus, ResumePoint, Wait};
+use super::wait::WaitReason;
 use crate::llm::Message;
 use crate::piece::{DefaultNext, Sentinel};
 use crate::plugin::{Resume, SubtaskResult, SubtaskStatus};
@@ -34,11 +38,15 @@ pub enum Guard {
     AskLimit,
     BurstLimit,
     ParkLimit,
+    /// Nobody answered one of the engine's own waits in time (a piece to choose, an intake, a
+    /// review, a worker's question): without a human, none of them can go on.
+    WaitExpired,
 }
 
 impl Guard {
     pub fn as_str(self) -> &'static str {
         match self {
+            Guard::WaitExpired => "wait_expired",
             Guard::MaxMovements => "max_movements",
             Guard::MaxIterations => "max_iterations",
             Guard::TextOnlyLimit => "text_only_limit",
@@ -239,22 +247,34 @@ pub fn map_movement_result(result: MovementResult, context: MapContext) -> Step 
                 }),
                 Sentinel::Ask
                 | Sentinel::WaitingHumanBrowser
-                | Sentinel::WaitingHumanToolRequest => {
-                    let expected = match park {
-                        Sentinel::Ask => WaitReason::Input,
-                        Sentinel::WaitingHumanBrowser => WaitReason::BrowserLogin,
-                        _ => WaitReason::ToolRequest,
+                | Sentinel::WaitingHumanToolRequest
+                | Sentinel::WaitingHumanReview
+                | Sentinel::WaitingHumanWorker => {
+                    let expected: &[WaitReason] = match park {
+                        Sentinel::Ask => &[WaitReason::Input],
+                        Sentinel::WaitingHumanBrowser => &[WaitReason::BrowserLogin],
+                        Sentinel::WaitingHumanToolRequest => &[WaitReason::ToolRequest],
+                        Sentinel::WaitingHumanReview => {
+                            &[WaitReason::ReviewArtifact, WaitReason::Revision]
+                        }
+                        _ => &[WaitReason::WorkerQuestions],
                     };
                     match wait_reason {
-                        Some(reason) if reason == expected => done(PieceRunResult::WaitingHuman {
-                            resume_movement,
-                            reason,
-                            wait,
-                        }),
+                        Some(reason) if expected.contains(&reason) => {
+                            done(PieceRunResult::WaitingHuman {
+                                resume_movement,
+                                reason,
+                                wait,
+                            })
+                        }
                         other => done(PieceRunResult::Error {
                             message: format!(
                                 "{park} needs the wait reason {}, got {}",
-                                expected.as_str(),
+                                expected
+                                    .iter()
+                                    .map(|reason| reason.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(" or "),
                                 other.map_or("none", WaitReason::as_str)
                             ),
                         }),
@@ -271,16 +291,19 @@ pub fn map_movement_result(result: MovementResult, context: MapContext) -> Step 
 pub(crate) async fn run_piece(
     cx: &LoopContext<'_>,
     job: &mut JobState,
-    mut resume: Option<(ResumePoint, Resume)>,
+    mut resume: Option<(Wait, Answer)>,
 ) -> PieceRunResult {
-    if let Some((ResumePoint::EnterMovement, answer)) = &resume {
+    if let Some((wait, answer)) = &resume
+        && wait.resume == ResumePoint::EnterMovement
+    {
+        let answer = answer.as_resume();
         // A rule parked the job on WAIT_SUBTASKS: the children's results become part of the
         // conversation, and the piece continues at default_next (kept as the job's movement).
         let results = match answer {
-            Resume::SubtasksDone(results) => results.clone(),
+            Some(Resume::SubtasksDone(results)) => results.clone(),
             _ => Vec::new(),
         };
-        let summary = subtasks_summary(&results, matches!(answer, Resume::Expired));
+        let summary = subtasks_summary(&results, matches!(answer, Some(Resume::Expired)));
         job.conversation.push(Message::User {
             text: summary.clone(),
         });
@@ -288,12 +311,16 @@ pub(crate) async fn run_piece(
         match DefaultNext::from_default_next(&job.movement) {
             Ok(DefaultNext::Movement(_)) => job.entered = false,
             Ok(DefaultNext::Complete) => {
-                return finish(cx, job, PieceRunResult::Completed { output: summary });
+                return finish(
+                    cx.observer,
+                    job,
+                    PieceRunResult::Completed { output: summary },
+                );
             }
             Ok(DefaultNext::Abort) => {
                 let reason = format!("the piece ends in ABORT after its subtasks. {summary}");
                 return finish(
-                    cx,
+                    cx.observer,
                     job,
                     PieceRunResult::Aborted {
                         reason,
@@ -303,7 +330,7 @@ pub(crate) async fn run_piece(
             }
             Err(sentinel) => {
                 let message = format!("cannot resume at the sentinel {sentinel}");
-                return finish(cx, job, PieceRunResult::Error { message });
+                return finish(cx.observer, job, PieceRunResult::Error { message });
             }
         }
     }
@@ -313,7 +340,7 @@ pub(crate) async fn run_piece(
                 "piece `{}` has no movement `{}`",
                 cx.piece.name.value, job.movement
             );
-            return finish(cx, job, PieceRunResult::Error { message });
+            return finish(cx.observer, job, PieceRunResult::Error { message });
         };
         if !job.entered {
             if job.movements_entered >= cx.piece.max_movements.value {
@@ -324,7 +351,7 @@ pub(crate) async fn run_piece(
                     ),
                     guard: Some(Guard::MaxMovements),
                 };
-                return finish(cx, job, result);
+                return finish(cx.observer, job, result);
             }
             job.movements_entered += 1;
             job.entered = true;
@@ -353,12 +380,17 @@ pub(crate) async fn run_piece(
                 job.entered = false;
                 cx.emit(job, JobEvent::Transition { from, to: next });
             }
-            Step::Done(result) => return finish(cx, job, result),
+            Step::Done(result) => return finish(cx.observer, job, result),
         }
     }
 }
 
-fn finish(cx: &LoopContext<'_>, job: &mut JobState, mut result: PieceRunResult) -> PieceRunResult {
+/// Writes how the run ended into the job (status, wait, result) and records the closing event.
+pub(crate) fn finish(
+    observer: &dyn Observer,
+    job: &mut JobState,
+    mut result: PieceRunResult,
+) -> PieceRunResult {
     job.status = result.status();
     if let PieceRunResult::WaitingHuman { wait, .. }
     | PieceRunResult::WaitingSubtasks { wait, .. } = &mut result
@@ -375,48 +407,73 @@ fn finish(cx: &LoopContext<'_>, job: &mut JobState, mut result: PieceRunResult) 
             if *reason == WaitReason::Input && wait.request.is_question() {
                 job.asks += 1;
             }
-            park(cx, job, resume_movement, wait);
+            park(observer, job, resume_movement, wait);
         }
         PieceRunResult::WaitingSubtasks {
             resume_movement,
             wait,
-        } => park(cx, job, resume_movement, wait),
-        PieceRunResult::Completed { output } => end(cx, job, output),
+        } => park(observer, job, resume_movement, wait),
+        PieceRunResult::Completed { output } => end(observer, job, output),
         PieceRunResult::Aborted { reason, .. } | PieceRunResult::Cancelled { reason } => {
-            end(cx, job, reason)
+            end(observer, job, reason)
         }
-        PieceRunResult::Error { message } => end(cx, job, message),
+        PieceRunResult::Error { message } => end(observer, job, message),
     }
     result
 }
 
-fn park(cx: &LoopContext<'_>, job: &mut JobState, resume_movement: &str, wait: &Wait) {
-    // A tool park resumes inside the movement it interrupted; a rule park enters a new one.
-    job.entered = resume_movement == job.movement && wait.resume != ResumePoint::EnterMovement;
+fn park(observer: &dyn Observer, job: &mut JobState, resume_movement: &str, wait: &Wait) {
+    // A tool park resumes inside the movement it interrupted; a rule park enters a new one,
+    // and a job that has not entered its piece enters its first movement.
+    let inside = matches!(
+        wait.resume,
+        ResumePoint::ParkedCall { .. }
+            | ResumePoint::ApprovalGate { .. }
+            | ResumePoint::BurstGate { .. }
+    );
+    job.entered = inside && resume_movement == job.movement;
     job.movement = resume_movement.to_owned();
     job.wait = Some(wait.clone());
-    cx.emit(
-        job,
-        JobEvent::Parked {
-            wait: wait.id,
-            status: job.status,
-            resume_movement: resume_movement.to_owned(),
-            reason: wait.reason,
-            request: wait.request.clone(),
-        },
-    );
+    let parked = JobEvent::Parked {
+        wait: wait.id,
+        status: job.status,
+        resume_movement: resume_movement.to_owned(),
+        reason: wait.reason,
+        request: wait.request.clone(),
+    };
+    if let Err(refused) = super::record(observer, job, parked) {
+        // The engine checks every park before it makes one; should the session still refuse,
+        // the job ends in an error that says so instead of waiting on what cannot resume.
+        job.status = JobStatus::Error;
+        end(
+            observer,
+            job,
+            &format!("the job's session refused its park: {refused}"),
+        );
+    }
 }
 
-fn end(cx: &LoopContext<'_>, job: &mut JobState, detail: &str) {
+fn end(observer: &dyn Observer, job: &mut JobState, detail: &str) {
     job.wait = None;
     job.result = Some(detail.to_owned());
-    cx.emit(
-        job,
-        JobEvent::Finished {
-            status: job.status,
-            detail: detail.to_owned(),
-        },
-    );
+    let finished = JobEvent::Finished {
+        status: job.status,
+        detail: detail.to_owned(),
+    };
+    if let Err(refused) = super::record(observer, job, finished) {
+        // Only the agent completes a job, and only while it runs free; anything else that
+        // still ends here ends in an error, which the session takes in every phase.
+        job.status = JobStatus::Error;
+        let detail = format!("{detail} (the job's session refused its end: {refused})");
+        job.result = Some(detail.clone());
+        let failed = JobEvent::Finished {
+            status: JobStatus::Error,
+            detail,
+        };
+        if let Err(refused) = super::record(observer, job, failed) {
+            tracing::error!(job = %job.id, "the job's session took no end: {refused}");
+        }
+    }
 }
 
 /// The note the model reads when a rule-based wait for subtasks is over.

@@ -1,7 +1,8 @@
 //! One test per row of the table in DESIGN §5, on the pure mapping.
 
 use super::*;
-use crate::engine::job::{PinnedPlugin, WaitRequest};
+use crate::engine::job::PinnedPlugin;
+use crate::engine::wait::WaitRequest;
 use crate::plugin::CallRequest;
 
 const CONTEXT: MapContext = MapContext {

@@ -1,6 +1,6 @@
 use super::*;
 use crate::engine::WaitReason;
-use crate::phase::{RuntimePhase, WaitingKind, WaitingReason};
+use crate::phase::{AcceptanceMode, RuntimePhase, WaitingKind, WaitingReason};
 
 fn started() -> JobEvent {
     JobEvent::Started {
@@ -8,6 +8,9 @@ fn started() -> JobEvent {
         input: "find the answer".into(),
         parent: None,
         max_burst: 3,
+        acceptance: AcceptanceMode::UserConfirmed,
+        choose_from: Vec::new(),
+        intake: None,
     }
 }
 
@@ -27,7 +30,12 @@ fn parked(wait: u32, status: JobStatus, request: WaitRequest) -> JobEvent {
         }
         WaitRequest::BrowserLogin { .. } => Some(WaitReason::BrowserLogin),
         WaitRequest::ToolApproval { .. } => Some(WaitReason::ToolRequest),
-        WaitRequest::Subtasks { .. } => None,
+        WaitRequest::Subtasks { .. } | WaitRequest::Worker { .. } => None,
+        WaitRequest::SkillSelection { .. } => Some(WaitReason::SkillSelection),
+        WaitRequest::Intake { .. } => Some(WaitReason::Intake),
+        WaitRequest::ArtifactReview { .. } => Some(WaitReason::ReviewArtifact),
+        WaitRequest::RevisionInstruction { .. } => Some(WaitReason::Revision),
+        WaitRequest::WorkerQuestion { .. } => Some(WaitReason::WorkerQuestions),
     };
     JobEvent::Parked {
         wait,
@@ -42,7 +50,7 @@ fn resumed(wait: u32, resume: plugin::Resume) -> JobEvent {
     JobEvent::Resumed {
         wait,
         movement: "gather".into(),
-        resume,
+        resume: resume.into(),
     }
 }
 
@@ -189,6 +197,7 @@ fn waiting_for_subtasks_is_running_with_the_worker_set_until_they_end() {
             job_id: "child-1".into(),
             status: plugin::SubtaskStatus::Aborted,
             output: "no luck".into(),
+            facts: vec![],
         }]),
     ));
     log.push(finished(JobStatus::Completed, "done"));

@@ -41,11 +41,21 @@ impl ArtifactStatus {
 pub struct ArtifactDraft {
     pub id: String,
     pub title: String,
+    /// What it is ("report", "plan"); the phase machine never reads it.
+    #[serde(default)]
+    pub kind: String,
+    /// How `content` is shown (`text/markdown`, …); the phase machine never reads it.
+    #[serde(default = "plain_text")]
+    pub media_type: String,
     /// The artifact itself, or a reference to it; the phase machine never reads it.
     pub content: String,
     /// The artifact this one revises, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revises: Option<String>,
+}
+
+fn plain_text() -> String {
+    "text/plain".to_owned()
 }
 
 /// An artifact as the session records it. Fields are private so that only the phase machine moves
@@ -54,6 +64,10 @@ pub struct ArtifactDraft {
 pub struct ArtifactRecord {
     id: String,
     title: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default = "plain_text")]
+    media_type: String,
     content: String,
     produced_by: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,6 +80,8 @@ impl ArtifactRecord {
         Self {
             id: draft.id,
             title: draft.title,
+            kind: draft.kind,
+            media_type: draft.media_type,
             content: draft.content,
             produced_by: produced_by.to_owned(),
             revises: draft.revises,
@@ -91,6 +107,14 @@ impl ArtifactRecord {
 
     pub fn title(&self) -> &str {
         &self.title
+    }
+
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    pub fn media_type(&self) -> &str {
+        &self.media_type
     }
 
     pub fn content(&self) -> &str {
@@ -124,6 +148,14 @@ impl Fact {
 
     pub fn title(&self) -> &str {
         self.0.title()
+    }
+
+    pub fn kind(&self) -> &str {
+        self.0.kind()
+    }
+
+    pub fn media_type(&self) -> &str {
+        self.0.media_type()
     }
 
     pub fn content(&self) -> &str {
@@ -179,6 +211,8 @@ mod tests {
         let draft = ArtifactDraft {
             id: "a1".into(),
             title: "Chapter 1".into(),
+            kind: "chapter".into(),
+            media_type: "text/markdown".into(),
             content: "…".into(),
             revises: None,
         };

@@ -68,6 +68,10 @@ pub enum RuntimeEvent {
         worker_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         artifact: Option<ArtifactDraft>,
+        /// How this artifact is accepted, when it is not the session's mode (a movement of the
+        /// piece overrides it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        acceptance_mode: Option<AcceptanceMode>,
     },
     UserAccepted {
         artifact_id: String,

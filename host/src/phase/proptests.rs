@@ -125,6 +125,7 @@ fn arb_event() -> impl Strategy<Value = RuntimeEvent> {
         any::<(u8, u8, Option<u8>)>().prop_map(|(w, a, r)| RuntimeEvent::WorkerCompleted {
             worker_id: pick(&WORKERS, w).into(),
             artifact: Some(draft(pick(&ARTIFACTS, a), r.map(|r| pick(&ARTIFACTS, r)))),
+            acceptance_mode: None,
         }),
         (any::<u8>(), arb_park()).prop_map(|(n, park)| RuntimeEvent::Parked {
             call_id: pick(&CALLS, n).into(),
@@ -266,6 +267,12 @@ fn steered(s: &RuntimeSession, n: u8) -> RuntimeEvent {
                         RuntimeEvent::WorkerCompleted {
                             worker_id,
                             artifact: (!n.is_multiple_of(7)).then(|| draft(&artifact_id, revises)),
+                            // Now and then a movement overrides the session's acceptance.
+                            acceptance_mode: match n % 5 {
+                                0 => Some(AcceptanceMode::Auto),
+                                1 => Some(AcceptanceMode::UserConfirmed),
+                                _ => None,
+                            },
                         }
                     }
                 }

@@ -98,7 +98,12 @@ impl Default for SessionState {
 pub struct RuntimeSession {
     #[serde(flatten)]
     state: SessionState,
+    /// Empty for a session kept beside its log ([`RuntimeSession::step`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     history: Vec<RuntimeEvent>,
+    /// Events applied so far, kept or not: the index the next one would take.
+    #[serde(default)]
+    steps: usize,
 }
 
 #[derive(Deserialize)]
@@ -107,6 +112,8 @@ struct UncheckedSession {
     state: SessionState,
     #[serde(default)]
     history: Vec<RuntimeEvent>,
+    #[serde(default)]
+    steps: Option<usize>,
 }
 
 impl TryFrom<UncheckedSession> for RuntimeSession {
@@ -115,6 +122,7 @@ impl TryFrom<UncheckedSession> for RuntimeSession {
     fn try_from(unchecked: UncheckedSession) -> Result<Self, InvalidSession> {
         let session = Self {
             state: unchecked.state,
+            steps: unchecked.steps.unwrap_or(unchecked.history.len()),
             history: unchecked.history,
         };
         session.check_invariants()?;
@@ -161,18 +169,41 @@ impl RuntimeSession {
     /// Applies `event` in place, or refuses it and changes nothing. Same rules as
     /// [`apply_event`], without copying the history.
     pub fn apply(&mut self, event: RuntimeEvent) -> Result<(), TransitionError> {
-        match transition(&self.state, &event) {
-            Ok(state) => {
-                self.state = state;
-                self.history.push(event);
-                Ok(())
-            }
-            Err(violation) => Err(TransitionError {
-                event_index: self.history.len(),
-                event: event.kind(),
-                phase: self.phase_label(),
-                violation,
-            }),
+        self.step(&event)?;
+        self.history.push(event);
+        Ok(())
+    }
+
+    /// Applies `event` without keeping it in the history, for a caller that keeps the log
+    /// itself (a job's session lives beside the job's event log). Same rules as
+    /// [`apply`](Self::apply); a session stepped through a log equals the fold of that log
+    /// but for its history.
+    pub fn step(&mut self, event: &RuntimeEvent) -> Result<(), TransitionError> {
+        self.state = self.next_state(event)?;
+        self.steps += 1;
+        Ok(())
+    }
+
+    /// Whether `event` would be accepted now, changing nothing.
+    pub fn check(&self, event: &RuntimeEvent) -> Result<(), TransitionError> {
+        self.next_state(event).map(|_| ())
+    }
+
+    fn next_state(&self, event: &RuntimeEvent) -> Result<SessionState, TransitionError> {
+        transition(&self.state, event).map_err(|violation| TransitionError {
+            event_index: self.steps,
+            event: event.kind(),
+            phase: self.phase_label(),
+            violation,
+        })
+    }
+
+    /// The session without its history: what a session stepped through the same log holds.
+    pub fn without_history(&self) -> RuntimeSession {
+        RuntimeSession {
+            state: self.state.clone(),
+            history: Vec::new(),
+            steps: self.steps,
         }
     }
 

@@ -78,6 +78,8 @@ pub(super) fn draft(artifact_id: &str, revises: Option<&str>) -> ArtifactDraft {
     ArtifactDraft {
         id: artifact_id.into(),
         title: format!("artifact {artifact_id}"),
+        kind: "report".into(),
+        media_type: "text/plain".into(),
         content: "text".into(),
         revises: revises.map(Into::into),
     }
@@ -87,6 +89,7 @@ pub(super) fn worker_completed(worker_id: &str, artifact_id: Option<&str>) -> Ru
     RuntimeEvent::WorkerCompleted {
         worker_id: worker_id.into(),
         artifact: artifact_id.map(|id| draft(id, None)),
+        acceptance_mode: None,
     }
 }
 

@@ -56,7 +56,8 @@ pub(super) fn transition(
         RuntimeEvent::WorkerCompleted {
             worker_id,
             artifact,
-        } => worker_completed(&mut next, worker_id, artifact.as_ref())?,
+            acceptance_mode,
+        } => worker_completed(&mut next, worker_id, artifact.as_ref(), *acceptance_mode)?,
         RuntimeEvent::UserAccepted { artifact_id } => {
             review(&mut next, kind, artifact_id, ArtifactStatus::Accepted, None)?
         }

@@ -42,6 +42,7 @@ pub(super) fn worker_completed(
     s: &mut SessionState,
     worker_id: &str,
     draft: Option<&ArtifactDraft>,
+    acceptance_mode: Option<AcceptanceMode>,
 ) -> Result<(), Violation> {
     s.require_current_worker(EventKind::WorkerCompleted, worker_id)?;
     s.current_worker_id = None;
@@ -62,7 +63,7 @@ pub(super) fn worker_completed(
     }
     let mut record = ArtifactRecord::drafted(draft.clone(), worker_id);
     record.advance(ArtifactStatus::UnderReview)?;
-    match s.acceptance_mode {
+    match acceptance_mode.unwrap_or(s.acceptance_mode) {
         AcceptanceMode::UserConfirmed => s.wait(WaitingReason::ReviewArtifact {
             artifact_id: draft.id.clone(),
         }),

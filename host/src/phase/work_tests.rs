@@ -54,6 +54,33 @@ fn worker_completed_in_auto_mode_accepts_and_goes_straight_on() {
 }
 
 #[test]
+fn a_movement_may_override_how_its_artifact_is_accepted() {
+    let completed = |mode| RuntimeEvent::WorkerCompleted {
+        worker_id: "w1".into(),
+        artifact: Some(draft("a1", None)),
+        acceptance_mode: Some(mode),
+    };
+    let s = then(
+        &with_worker(AcceptanceMode::UserConfirmed),
+        completed(AcceptanceMode::Auto),
+    );
+    assert_eq!(s.phase(), RuntimePhase::Running);
+    assert_eq!(s.facts().len(), 1, "accepted as it was handed in");
+    let s = then(
+        &with_worker(AcceptanceMode::Auto),
+        completed(AcceptanceMode::UserConfirmed),
+    );
+    assert_eq!(
+        s.waiting_reason().map(WaitingReason::kind),
+        Some(WaitingKind::ReviewArtifact)
+    );
+    assert!(
+        s.facts().is_empty(),
+        "waits for a human despite the session's auto"
+    );
+}
+
+#[test]
 fn worker_completed_without_an_artifact_goes_straight_on() {
     let s = then(
         &with_worker(AcceptanceMode::UserConfirmed),
@@ -167,6 +194,7 @@ fn a_revision_is_a_new_artifact_that_names_the_old_one() {
         RuntimeEvent::WorkerCompleted {
             worker_id: "w2".into(),
             artifact: Some(draft("a2", Some("a1"))),
+            acceptance_mode: None,
         },
         accepted("a2"),
     ]);
@@ -188,6 +216,7 @@ fn artifact_ids_are_unique_and_revisions_name_a_known_artifact() {
     let orphan = RuntimeEvent::WorkerCompleted {
         worker_id: "w2".into(),
         artifact: Some(draft("a2", Some("a9"))),
+        acceptance_mode: None,
     };
     assert_eq!(
         refused(&s, orphan).violation,

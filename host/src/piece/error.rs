@@ -64,6 +64,12 @@ pub enum LintKind {
     WaitSubtasksWithoutDefaultNext,
     UnreachableMovement,
     UnknownTool,
+    /// `approve` names a tool the movement does not offer.
+    ApprovalOfUnofferedTool,
+    /// An intake slot's name is not a plain identifier, is taken twice, or is `input`.
+    BadIntakeSlot,
+    /// `workers` names a piece that is not among the pieces loaded with it.
+    UnknownWorkerPiece,
 }
 
 /// One problem found by [`super::lint`], pointing at the offending value.

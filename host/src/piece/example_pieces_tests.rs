@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::{lint, load_dir};
+use super::{lint, lint_together, load_dir};
 
 /// The example pieces live in a `pieces/` folder at the crate root or above it (a workspace),
 /// so the test keeps working wherever this module is copied.
@@ -24,6 +24,8 @@ fn example_pieces_load_and_lint_clean() {
         "RequestTool",
         "WaitSubTask",
         "SpawnSubTask",
+        "HandIn",
+        "RunWorker",
     ]
     .map(str::to_owned)
     .into();
@@ -34,7 +36,14 @@ fn example_pieces_load_and_lint_clean() {
         .map(|piece| piece.name.value.as_str())
         .collect();
     names.sort_unstable();
-    for expected in ["approval", "chat", "research"] {
+    for expected in [
+        "approval",
+        "chat",
+        "commission",
+        "report",
+        "research",
+        "review",
+    ] {
         assert!(
             names.contains(&expected),
             "{expected} missing from {names:?}"
@@ -48,4 +57,6 @@ fn example_pieces_load_and_lint_clean() {
             piece.origin.display()
         );
     }
+    let findings = lint_together(&pieces);
+    assert!(findings.is_empty(), "{findings:#?}");
 }

@@ -28,6 +28,8 @@ pub fn lint(piece: &Piece, known_tools: &BTreeSet<String>) -> Vec<LintError> {
         check_initial_movement(&mut findings, &first_index_by_name);
     }
     check_tools(&mut findings, known_tools);
+    check_approvals(&mut findings);
+    check_intake(&mut findings);
     check_transitions(&mut findings, &first_index_by_name);
     check_reachability(&mut findings, &first_index_by_name);
 
@@ -118,6 +120,100 @@ fn check_tools(findings: &mut Findings<'_>, known_tools: &BTreeSet<String>) {
                     format!("no known plugin provides tool `{}`", tool.value),
                 );
             }
+        }
+    }
+}
+
+/// Checks what pieces say of each other: every `workers` entry names one of `pieces`. (A
+/// piece alone cannot tell; a folder of them can.)
+pub fn lint_together(pieces: &[Piece]) -> Vec<LintError> {
+    let names: BTreeSet<&str> = pieces.iter().map(|p| p.name.value.as_str()).collect();
+    let mut errors = Vec::new();
+    for piece in pieces {
+        let mut findings = Findings {
+            piece,
+            errors: Vec::new(),
+        };
+        for (index, movement) in piece.movements.iter().enumerate() {
+            for (worker_index, worker) in movement.workers.iter().enumerate() {
+                if !names.contains(worker.value.as_str()) {
+                    findings.report(
+                        worker.at,
+                        format!("movements[{index}].workers[{worker_index}]"),
+                        LintKind::UnknownWorkerPiece,
+                        format!(
+                            "no piece named `{}` is loaded beside this one, so it cannot run \
+                             as a worker",
+                            worker.value
+                        ),
+                    );
+                }
+            }
+        }
+        errors.extend(findings.errors);
+    }
+    errors
+}
+
+fn check_approvals(findings: &mut Findings<'_>) {
+    for (index, movement) in findings.piece.movements.iter().enumerate() {
+        for (approve_index, tool) in movement.approve.iter().enumerate() {
+            if !movement
+                .tools
+                .iter()
+                .any(|offered| offered.value == tool.value)
+            {
+                findings.report(
+                    tool.at,
+                    format!("movements[{index}].approve[{approve_index}]"),
+                    LintKind::ApprovalOfUnofferedTool,
+                    format!(
+                        "`{}` is not one of this movement's tools, so no call of it could wait \
+                         for approval here",
+                        tool.value
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// The name a job's free-text input takes among the intake's slots.
+pub const INPUT_SLOT: &str = "input";
+
+fn check_intake(findings: &mut Findings<'_>) {
+    let Some(intake) = &findings.piece.intake else {
+        return;
+    };
+    let mut seen = BTreeSet::new();
+    for (index, slot) in intake.slots.iter().enumerate() {
+        let name = &slot.name.value;
+        let plain = name.len() <= 64
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        let problem = if !plain {
+            Some(format!(
+                "slot name `{name}` must be lowercase letters, digits and `_`, starting with a \
+                 letter"
+            ))
+        } else if name == INPUT_SLOT {
+            Some(format!(
+                "`{INPUT_SLOT}` is the job's own input, not a slot to declare"
+            ))
+        } else if !seen.insert(name.as_str()) {
+            Some(format!("slot `{name}` is declared twice"))
+        } else {
+            None
+        };
+        if let Some(message) = problem {
+            findings.report(
+                slot.name.at,
+                format!("intake.slots[{index}].name"),
+                LintKind::BadIntakeSlot,
+                message,
+            );
         }
     }
 }

@@ -11,7 +11,9 @@ use serde::Deserialize;
 use serde_saphyr::{MessageFormatter, Spanned};
 
 use super::error::PieceError;
-use super::model::{Located, Movement, Piece, Rule, SourcePosition};
+use super::model::{
+    AcceptanceMode, Intake, IntakeSlot, Located, Movement, Piece, Rule, SourcePosition,
+};
 
 // The YAML shape, kept private so the public model does not depend on serde-saphyr's types.
 // `Spanned` records where each value sits so lint can point at it later.
@@ -26,6 +28,28 @@ struct RawPiece {
     // Signed so that `0` and `-3` reach our own range check, whose message names the field.
     max_movements: Spanned<i64>,
     movements: Spanned<Vec<RawMovement>>,
+    #[serde(default)]
+    intake: Option<Spanned<RawIntake>>,
+    #[serde(default)]
+    acceptance: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIntake {
+    prompt: String,
+    #[serde(default)]
+    slots: Vec<RawSlot>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSlot {
+    name: Spanned<String>,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    required: bool,
 }
 
 #[derive(Deserialize)]
@@ -39,6 +63,12 @@ struct RawMovement {
     rules: Vec<RawRule>,
     #[serde(default)]
     default_next: Option<Spanned<String>>,
+    #[serde(default)]
+    approve: Vec<Spanned<String>>,
+    #[serde(default)]
+    acceptance: Option<Spanned<String>>,
+    #[serde(default)]
+    workers: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -129,19 +159,73 @@ fn into_piece(raw: RawPiece, origin: PathBuf) -> Result<Piece, PieceError> {
                 raw.max_movements.value
             ),
         })?;
+    let acceptance = match &raw.acceptance {
+        Some(mode) => acceptance(&origin, "acceptance", mode)?,
+        None => AcceptanceMode::default(),
+    };
+    let intake = raw.intake.map(|intake| Intake {
+        at: position(&intake),
+        prompt: intake.value.prompt,
+        slots: intake
+            .value
+            .slots
+            .into_iter()
+            .map(|slot| IntakeSlot {
+                name: located(slot.name),
+                description: slot.description,
+                required: slot.required,
+            })
+            .collect(),
+    });
+    let movements_at = position(&raw.movements);
+    let movements = raw
+        .movements
+        .value
+        .into_iter()
+        .enumerate()
+        .map(|(index, movement)| into_movement(&origin, index, movement))
+        .collect::<Result<_, _>>()?;
     Ok(Piece {
         name: located(raw.name),
         description: raw.description,
         initial_movement: located(raw.initial_movement),
         max_movements: Located::new(max_movements, max_movements_at),
-        movements_at: position(&raw.movements),
-        movements: raw.movements.value.into_iter().map(into_movement).collect(),
+        movements_at,
+        movements,
+        intake,
+        acceptance,
         origin,
     })
 }
 
-fn into_movement(raw: RawMovement) -> Movement {
-    Movement {
+/// `auto` or `user_confirmed`, or an error naming the field and both choices.
+fn acceptance(
+    origin: &Path,
+    field: &str,
+    mode: &Spanned<String>,
+) -> Result<AcceptanceMode, PieceError> {
+    match mode.value.as_str() {
+        "auto" => Ok(AcceptanceMode::Auto),
+        "user_confirmed" => Ok(AcceptanceMode::UserConfirmed),
+        other => Err(PieceError::Parse {
+            origin: origin.to_path_buf(),
+            at: position(mode),
+            field: field.to_owned(),
+            message: format!(
+                "must be `auto` (accepted as handed in) or `user_confirmed` (a human reviews \
+                 it), got `{other}`"
+            ),
+        }),
+    }
+}
+
+fn into_movement(origin: &Path, index: usize, raw: RawMovement) -> Result<Movement, PieceError> {
+    let acceptance = raw
+        .acceptance
+        .as_ref()
+        .map(|mode| acceptance(origin, &format!("movements[{index}].acceptance"), mode))
+        .transpose()?;
+    Ok(Movement {
         name: located(raw.name),
         instructions: raw.instructions,
         tools: raw.tools.into_iter().map(located).collect(),
@@ -154,7 +238,10 @@ fn into_movement(raw: RawMovement) -> Movement {
             })
             .collect(),
         default_next: raw.default_next.map(located),
-    }
+        approve: raw.approve.into_iter().map(located).collect(),
+        acceptance,
+        workers: raw.workers.into_iter().map(located).collect(),
+    })
 }
 
 fn position<T>(spanned: &Spanned<T>) -> SourcePosition {

@@ -19,6 +19,9 @@ mod example_pieces_tests;
 mod lint_tests;
 
 pub use error::{LintError, LintKind, PieceError};
-pub use lint::lint;
+pub use lint::{INPUT_SLOT, lint, lint_together};
 pub use load::{load_dir, load_piece, parse_piece};
-pub use model::{DefaultNext, Located, Movement, Next, Piece, Rule, Sentinel, SourcePosition};
+pub use model::{
+    AcceptanceMode, DefaultNext, Intake, IntakeSlot, Located, Movement, Next, Piece, Rule,
+    Sentinel, SourcePosition,
+};

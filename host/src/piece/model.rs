@@ -6,6 +6,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+pub use crate::phase::AcceptanceMode;
+
 /// A 1-based line and column in a piece file, as reported by the YAML parser.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SourcePosition {
@@ -47,6 +49,26 @@ pub struct Piece {
     /// Where the `movements` sequence starts, so "no movements" can point somewhere.
     pub movements_at: SourcePosition,
     pub movements: Vec<Movement>,
+    /// What a human fills in before the piece runs; without one, the job's input is its intake.
+    pub intake: Option<Intake>,
+    /// How the artifacts the piece's tools and workers hand in become facts [user_confirmed].
+    pub acceptance: AcceptanceMode,
+}
+
+/// What a piece asks a human for before it runs (the session's `intake`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intake {
+    pub prompt: String,
+    pub slots: Vec<IntakeSlot>,
+    pub at: SourcePosition,
+}
+
+/// One named value of an intake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntakeSlot {
+    pub name: Located<String>,
+    pub description: String,
+    pub required: bool,
 }
 
 impl Piece {
@@ -68,9 +90,26 @@ pub struct Movement {
     pub rules: Vec<Rule>,
     /// Where to go when no rule fires, and where a rule-based `WAIT_SUBTASKS` resumes.
     pub default_next: Option<Located<String>>,
+    /// Tools of this movement whose every call waits for a human's approval before it runs,
+    /// like a policy's `require_approval` (a worker's start, say).
+    pub approve: Vec<Located<String>>,
+    /// Overrides the piece's acceptance for what is handed in during this movement.
+    pub acceptance: Option<AcceptanceMode>,
+    /// Pieces this movement may run as workers (`RunWorker`), whatever the tool's own grants.
+    pub workers: Vec<Located<String>>,
 }
 
 impl Movement {
+    /// Whether the piece lets this movement run `piece` as a worker.
+    pub fn allows_worker(&self, piece: &str) -> bool {
+        self.workers.iter().any(|name| name.value == piece)
+    }
+
+    /// Whether the piece wants a human to approve every call of `tool` here.
+    pub fn needs_approval(&self, tool: &str) -> bool {
+        self.approve.iter().any(|name| name.value == tool)
+    }
+
     /// The typed `default_next`, or `None` when absent. `Err` carries a sentinel that is not
     /// allowed there; [`super::lint`] reports it, so after a clean lint this is always `Ok`.
     pub fn default_target(&self) -> Option<Result<DefaultNext, Sentinel>> {
@@ -105,16 +144,22 @@ pub enum Sentinel {
     WaitSubtasks,
     WaitingHumanBrowser,
     WaitingHumanToolRequest,
+    /// An artifact waits for its review (or a revision for its instruction).
+    WaitingHumanReview,
+    /// The worker's question waits for an answer at its parent.
+    WaitingHumanWorker,
 }
 
 impl Sentinel {
-    pub const ALL: [Sentinel; 6] = [
+    pub const ALL: [Sentinel; 8] = [
         Sentinel::Complete,
         Sentinel::Abort,
         Sentinel::Ask,
         Sentinel::WaitSubtasks,
         Sentinel::WaitingHumanBrowser,
         Sentinel::WaitingHumanToolRequest,
+        Sentinel::WaitingHumanReview,
+        Sentinel::WaitingHumanWorker,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -125,6 +170,8 @@ impl Sentinel {
             Sentinel::WaitSubtasks => "WAIT_SUBTASKS",
             Sentinel::WaitingHumanBrowser => "WAITING_HUMAN_BROWSER",
             Sentinel::WaitingHumanToolRequest => "WAITING_HUMAN_TOOL_REQUEST",
+            Sentinel::WaitingHumanReview => "WAITING_HUMAN_REVIEW",
+            Sentinel::WaitingHumanWorker => "WAITING_HUMAN_WORKER",
         }
     }
 

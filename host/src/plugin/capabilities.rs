@@ -9,8 +9,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::sandbox::CallState;
-use super::wit::latest::maestro::tool::host::{Host, LogLevel};
+/// The levels of `host.log`, the same in every contract version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
 
 /// Starts child jobs for `host.spawn-subtask`. The job layer implements it;
 /// a runtime without one answers every spawn with an error.
@@ -75,9 +82,11 @@ impl Capabilities {
     }
 }
 
-impl Host for CallState {
-    fn log(&mut self, level: LogLevel, message: String) {
-        let caps = &mut self.capabilities;
+/// `host.log` and `host.spawn-subtask`, served the same to every contract version: each
+/// binding module's `Host` implementation calls these.
+impl Capabilities {
+    pub fn log(&mut self, level: LogLevel, message: String) {
+        let caps = self;
         if message.len() > caps.log_budget {
             if !caps.log_dropped {
                 caps.log_dropped = true;
@@ -96,12 +105,12 @@ impl Host for CallState {
         }
     }
 
-    fn spawn_subtask(
+    pub fn spawn_subtask(
         &mut self,
         piece: String,
         input: String,
-    ) -> impl Future<Output = Result<String, String>> + Send {
-        let caps = &mut self.capabilities;
+    ) -> impl Future<Output = Result<String, String>> + Send + use<> {
+        let caps = self;
         let index = caps.spawned;
         caps.spawned += 1;
         let decision = if !caps.spawn_granted {
@@ -141,5 +150,3 @@ impl Host for CallState {
         }
     }
 }
-
-impl super::wit::latest::maestro::tool::types::Host for CallState {}

@@ -1,18 +1,17 @@
-//! Load-time checks of a component: what the file is, whether its exports
-//! have the contract's shape, and whether the tools it describes are valid.
+//! Load-time checks of a component: what the file is, and whether the tools
+//! it describes are valid (each binding module of `wit/` checks the shape of
+//! its version's exports).
 //!
 //! Invariant: each check names what is wrong in words a tool author can act
 //! on; none of them runs guest code.
 
 use std::collections::{HashMap, HashSet};
 
-use wasmtime::Store;
-use wasmtime::component::{Component, Instance};
+use wasmtime::component::Component;
 
 use super::error::LoadError;
-use super::sandbox::CallState;
 use super::types::ToolSpec;
-use super::wit::{TOOL_INTERFACE, latest};
+use super::wit::DescribedTool;
 
 /// Bounds on what `describe` may return.
 const MAX_TOOLS: usize = 256;
@@ -62,35 +61,6 @@ pub(super) const WRONG_SHAPE: &str = "wrong export shape: ";
 #[error("{0}")]
 pub(super) struct WrongShape(pub String);
 
-/// Checks that `describe` and `invoke` have the signatures of the contract.
-pub(super) fn check_export_types(
-    instance: Instance,
-    store: &mut Store<CallState>,
-) -> Result<(), String> {
-    use latest::maestro::tool::types as wit;
-    let interface = instance
-        .get_export_index(&mut *store, None, TOOL_INTERFACE)
-        .ok_or_else(|| format!("`{TOOL_INTERFACE}` is not exported"))?;
-    let index = |store: &mut Store<CallState>, name: &str| {
-        instance
-            .get_export_index(&mut *store, Some(&interface), name)
-            .ok_or_else(|| format!("`{TOOL_INTERFACE}` has no function `{name}`"))
-    };
-    let describe = index(store, "describe")?;
-    instance
-        .get_typed_func::<(), (Vec<wit::ToolSpec>,)>(&mut *store, describe)
-        .map_err(|err| {
-            format!("`{TOOL_INTERFACE}#describe` must be `func() -> list<tool-spec>`: {err}")
-        })?;
-    let invoke = index(store, "invoke")?;
-    instance
-        .get_typed_func::<(&wit::Call,), (Result<wit::Outcome, wit::ToolError>,)>(&mut *store, invoke)
-        .map_err(|err| {
-            format!("`{TOOL_INTERFACE}#invoke` must be `func(call: call) -> result<outcome, tool-error>`: {err}")
-        })?;
-    Ok(())
-}
-
 /// Distinguishes components from core modules and non-wasm before the
 /// compiler sees them, so the error says what the file is.
 pub(super) fn check_header(bytes: &[u8]) -> Result<(), LoadError> {
@@ -112,7 +82,7 @@ pub(super) fn check_header(bytes: &[u8]) -> Result<(), LoadError> {
 
 /// Checks what `describe` returned and compiles each tool's schema.
 pub(super) fn validate_specs(
-    described: &[latest::maestro::tool::types::ToolSpec],
+    described: &[DescribedTool],
     specs: &mut Vec<ToolSpec>,
 ) -> Result<HashMap<String, jsonschema::Validator>, LoadError> {
     if described.is_empty() {
@@ -280,15 +250,15 @@ mod tests {
         assert!(!valid_tool_name(&"a".repeat(65)));
     }
 
-    fn spec(name: &str, parameters: &str) -> latest::maestro::tool::types::ToolSpec {
-        latest::maestro::tool::types::ToolSpec {
+    fn spec(name: &str, parameters: &str) -> DescribedTool {
+        DescribedTool {
             name: name.into(),
             description: "d".into(),
             parameters: parameters.into(),
         }
     }
 
-    fn spec_error(described: &[latest::maestro::tool::types::ToolSpec]) -> String {
+    fn spec_error(described: &[DescribedTool]) -> String {
         validate_specs(described, &mut Vec::new())
             .unwrap_err()
             .to_string()

@@ -20,15 +20,13 @@ use wasmtime::{CallHook, Store, StoreContextMut, Trap, UpdateDeadline};
 
 use super::cache::{CompiledFrom, content_hash};
 use super::capabilities::Capabilities;
-use super::checks::{
-    WRONG_SHAPE, WrongShape, check_export_types, check_header, validate_specs, world_error,
-};
+use super::checks::{WRONG_SHAPE, WrongShape, check_header, validate_specs, world_error};
 use super::error::{CallError, Limit, LoadError};
 use super::policy::PluginPolicy;
 use super::runtime::Runtime;
 use super::sandbox::{CallState, CompiledPolicy, HOST_CALL_FUEL, Metered};
 use super::types::{CallRequest, Outcome, ToolSpec};
-use super::wit::{TOOL_INTERFACE, latest};
+use super::wit::{GuestCall, ToolInstance, ToolPre, WitVersion};
 /// How a load went, for the CLI and the benchmarks.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoadReport {
@@ -48,7 +46,7 @@ pub struct Plugin {
     content_hash: String,
     specs: Vec<ToolSpec>,
     validators: HashMap<String, jsonschema::Validator>,
-    pre: latest::PluginPre<CallState>,
+    pre: ToolPre,
     policy: Arc<CompiledPolicy>,
     runtime: Runtime,
     report: LoadReport,
@@ -112,11 +110,7 @@ impl Plugin {
             link_without_http(&runtime, &component)
                 .map_err(|err| wrong_world(format!("an import cannot be satisfied: {err:#}")))?
         };
-        let pre = latest::PluginPre::new(instance_pre).map_err(|err| {
-            wrong_world(format!(
-                "the export `{TOOL_INTERFACE}` is missing or has the wrong shape: {err:#}"
-            ))
-        })?;
+        let pre = ToolPre::new(instance_pre, runtime.engine()).map_err(wrong_world)?;
 
         let name: Arc<str> = name.into();
         let mut plugin = Self {
@@ -136,7 +130,7 @@ impl Plugin {
         };
         let described = plugin
             .run(Shape::Check, "", "", |instance, store| {
-                Box::pin(async move { instance.maestro_tool_tool().call_describe(store).await })
+                Box::pin(async move { instance.describe(store).await })
             })
             .await
             .map_err(|err| match err {
@@ -169,6 +163,11 @@ impl Plugin {
         &self.policy.policy
     }
 
+    /// The contract version the component targets.
+    pub fn wit_version(&self) -> WitVersion {
+        self.pre.version()
+    }
+
     /// What the component imports (host interfaces and WASI), by name.
     pub fn imports(&self) -> Vec<String> {
         let component = self.pre.instance_pre().component();
@@ -190,21 +189,19 @@ impl Plugin {
     /// Runs one call in a fresh instance.
     pub async fn invoke(&self, request: CallRequest) -> Result<Outcome, CallError> {
         let arguments = self.check_arguments(&request)?;
-        let call = latest::maestro::tool::types::Call {
+        let call = GuestCall {
             call_id: request.call_id,
             job_id: request.job_id,
             movement: request.movement,
             tool: request.tool,
             arguments,
-            resume: request.resume.map(Into::into),
+            resume: request.resume,
         };
         let job_id = call.job_id.clone();
         let call_id = call.call_id.clone();
         let result = self
             .run(Shape::Checked, &job_id, &call_id, |instance, store| {
-                Box::pin(
-                    async move { instance.maestro_tool_tool().call_invoke(store, &call).await },
-                )
+                Box::pin(async move { instance.invoke(store, call).await })
             })
             .await?;
         // One cap for everything a call hands back, errors and parks included.
@@ -217,7 +214,6 @@ impl Plugin {
         };
         match result {
             Ok(outcome) => {
-                let outcome = Outcome::from(outcome);
                 if let Some(error) = over_cap(outcome.text_len()) {
                     return Err(error);
                 }
@@ -273,7 +269,7 @@ impl Plugin {
         job_id: &str,
         call_id: &str,
         body: impl for<'a> FnOnce(
-            latest::Plugin,
+            ToolInstance,
             &'a mut Store<CallState>,
         ) -> std::pin::Pin<
             Box<dyn Future<Output = wasmtime::Result<R>> + Send + 'a>,
@@ -286,12 +282,7 @@ impl Plugin {
         let meter = store.data().limits.cpu_meter.clone();
         let outcome = {
             let call = std::pin::pin!(async {
-                let raw = pre.instance_pre().instantiate_async(&mut store).await?;
-                if shape == Shape::Check {
-                    check_export_types(raw, &mut store)
-                        .map_err(|err| wasmtime::Error::new(WrongShape(err)))?;
-                }
-                let instance = latest::Plugin::new(&mut store, &raw)?;
+                let instance = pre.instantiate(&mut store, shape == Shape::Check).await?;
                 body(instance, &mut store).await
             });
             tokio::time::timeout(policy.timeout, Metered { inner: call, meter }).await
@@ -347,7 +338,7 @@ impl Plugin {
         let mut store = self.new_store("", "")?;
         let instance = self
             .pre
-            .instantiate_async(&mut store)
+            .instantiate(&mut store, false)
             .await
             .map_err(|err| self.classify(&store, err))?;
         Ok(WarmInstance { store, instance })
@@ -521,13 +512,13 @@ fn tail(text: &str, max: usize) -> String {
 /// See `Plugin::warm_instance`.
 pub struct WarmInstance {
     store: Store<CallState>,
-    instance: latest::Plugin,
+    instance: ToolInstance,
 }
 
 impl WarmInstance {
     /// Calls `tool` on the kept instance, without schema validation.
     pub async fn invoke(&mut self, tool: &str, arguments: &str) -> Result<Outcome, CallError> {
-        let call = latest::maestro::tool::types::Call {
+        let call = GuestCall {
             call_id: String::new(),
             job_id: String::new(),
             movement: String::new(),
@@ -535,13 +526,8 @@ impl WarmInstance {
             arguments: arguments.to_string(),
             resume: None,
         };
-        match self
-            .instance
-            .maestro_tool_tool()
-            .call_invoke(&mut self.store, &call)
-            .await
-        {
-            Ok(Ok(outcome)) => Ok(outcome.into()),
+        match self.instance.invoke(&mut self.store, call).await {
+            Ok(Ok(outcome)) => Ok(outcome),
             Ok(Err(error)) => Err(CallError::Tool {
                 message: error.message,
                 retryable: error.retryable,

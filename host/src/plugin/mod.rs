@@ -1,5 +1,6 @@
 //! The plugin runtime: tools are WebAssembly components that target the WIT
-//! world `maestro:tool/plugin`, run sandboxed under an operator policy.
+//! world `maestro:tool/plugin` (any version the host binds), run sandboxed
+//! under an operator policy.
 //!
 //! Invariant: a call either returns the tool's `Outcome` or a `CallError`
 //! naming what went wrong (bad arguments, a limit, a trap, the tool's own
@@ -27,6 +28,8 @@ pub use policy::{DirGrant, MAX_MEMORY_MIB, PluginPolicy, Policy, PolicyError, ST
 pub(crate) use policy::{key_at, locate};
 pub use runtime::{Runtime, RuntimeConfig, TICK, default_cache_dir};
 pub use types::{
-    CallRequest, LIST_ELEMENT_BYTES, LoginRequest, MAX_AWAITED_SUBTASKS, Outcome, Park, Resume,
-    SubtaskResult, SubtaskStatus, Terminal, ToolRequest, ToolSpec,
+    ArtifactDraft, CallRequest, Fact, LIST_ELEMENT_BYTES, LoginRequest, MAX_ARTIFACT_LABEL,
+    MAX_AWAITED_SUBTASKS, Outcome, Park, Resume, Review, SubtaskResult, SubtaskStatus, Terminal,
+    ToolRequest, ToolSpec, Verdict, WorkerRequest,
 };
+pub use wit::WitVersion;

@@ -1,6 +1,7 @@
 //! The plugin runtime: one wasmtime `Engine` (pooling allocator, epoch
 //! interruption, optional fuel), two `Linker`s with WASI 0.2 and the
-//! `maestro:tool/host` capabilities (one with `wasi:http` for plugins granted
+//! `maestro:tool/host` capabilities of every contract version (one with
+//! `wasi:http` for plugins granted
 //! HTTP, one without for the rest), the compiled-code cache, and the epoch
 //! ticker that drives CPU and wall-clock limits.
 //!
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::Linker;
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::CompiledCache;
@@ -23,7 +24,6 @@ use super::error::LoadError;
 use super::loaded::Plugin;
 use super::policy::{MAX_MEMORY_MIB, PluginPolicy};
 use super::sandbox::CallState;
-use super::wit::latest;
 
 /// Length of one epoch tick: the granularity of the CPU and wall-clock caps.
 pub const TICK: Duration = Duration::from_millis(1);
@@ -91,10 +91,7 @@ impl Runtime {
         let engine = Engine::new(&engine_config(&config))?;
         let mut linker_without_http = Linker::<CallState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker_without_http)?;
-        latest::Plugin::add_to_linker::<CallState, HasSelf<CallState>>(
-            &mut linker_without_http,
-            |state| state,
-        )?;
+        super::wit::add_to_linker(&mut linker_without_http)?;
         let mut linker = linker_without_http.clone();
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         let cache = match &config.cache_dir {

@@ -1,13 +1,13 @@
-//! Version-independent host types of the tool contract, with conversions
-//! from and to the generated bindings.
+//! Version-independent host types of the tool contract. Each binding module
+//! of `wit/` converts its generated types from and to these.
 //!
-//! Invariant: these types mirror `wit/since_v0.1.0/types.wit` one to one; the
-//! serde form (kebab-case, externally tagged) is the JSON the CLI prints and
-//! accepts, and what later layers store.
+//! Invariant: these types mirror the newest `wit/since_v*/types.wit` one to
+//! one, and every older version is a subset of them; the serde form
+//! (kebab-case, externally tagged) is the JSON the CLI prints and accepts,
+//! and what later layers store, so a field added by a later version has a
+//! serde default.
 
 use serde::{Deserialize, Serialize};
-
-use super::wit::latest::maestro::tool::types as wit;
 
 /// One tool a plugin offers, with its parsed JSON Schema.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,6 +76,64 @@ pub enum Park {
     BrowserLogin(LoginRequest),
     ToolRequest(ToolRequest),
     Subtasks(Vec<String>),
+    /// Since 0.2.0: a draft handed in for review.
+    Artifact(ArtifactDraft),
+    /// Since 0.2.0: start a worker and wait for it.
+    Worker(WorkerRequest),
+}
+
+/// A piece of work handed in for review (since 0.2.0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactDraft {
+    pub kind: String,
+    pub title: String,
+    pub media_type: String,
+    pub body: String,
+    #[serde(default)]
+    pub revises: Option<String>,
+}
+
+/// A worker to start: a child job running `piece` with `input` (since 0.2.0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRequest {
+    pub piece: String,
+    pub input: String,
+}
+
+/// An accepted artifact, as it is handed downstream (since 0.2.0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fact {
+    pub artifact_id: String,
+    pub kind: String,
+    pub title: String,
+    pub media_type: String,
+    pub body: String,
+}
+
+/// A reviewer's word on a draft (since 0.2.0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    Accepted,
+    Rejected(String),
+    RevisionRequested(String),
+}
+
+impl Verdict {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Accepted => "accepted",
+            Verdict::Rejected(_) => "rejected",
+            Verdict::RevisionRequested(_) => "revision-requested",
+        }
+    }
+}
+
+/// The review of one artifact (since 0.2.0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Review {
+    pub artifact_id: String,
+    pub verdict: Verdict,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +166,10 @@ pub enum Resume {
     LoggedIn(String),
     SubtasksDone(Vec<SubtaskResult>),
     Expired,
+    /// Since 0.2.0: the draft of a `park.artifact` was reviewed.
+    Reviewed(Review),
+    /// Since 0.2.0: the worker of a `park.worker` has ended.
+    WorkerDone(SubtaskResult),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,6 +177,9 @@ pub struct SubtaskResult {
     pub job_id: String,
     pub status: SubtaskStatus,
     pub output: String,
+    /// The child's accepted artifacts (since 0.2.0; a 0.1.0 tool does not see them).
+    #[serde(default)]
+    pub facts: Vec<Fact>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,6 +212,14 @@ impl Outcome {
             Outcome::Park(Park::Subtasks(ids)) => {
                 ids.iter().map(|id| id.len() + LIST_ELEMENT_BYTES).sum()
             }
+            Outcome::Park(Park::Artifact(draft)) => {
+                draft.kind.len()
+                    + draft.title.len()
+                    + draft.media_type.len()
+                    + draft.body.len()
+                    + draft.revises.as_ref().map_or(0, String::len)
+            }
+            Outcome::Park(Park::Worker(worker)) => worker.piece.len() + worker.input.len(),
         }
     }
 
@@ -197,63 +270,54 @@ impl Outcome {
                     )),
                 }
             }
+            Outcome::Park(Park::Artifact(draft)) => draft_problem(draft),
+            Outcome::Park(Park::Worker(worker)) => {
+                if worker.piece.trim().is_empty() {
+                    Some("park worker: the piece is empty".into())
+                } else {
+                    None
+                }
+            }
             _ => None,
         }
     }
 }
 
-impl From<wit::Outcome> for Outcome {
-    fn from(outcome: wit::Outcome) -> Self {
-        match outcome {
-            wit::Outcome::Output(text) => Outcome::Output(text),
-            wit::Outcome::Terminal(wit::Terminal::Complete(text)) => {
-                Outcome::Terminal(Terminal::Complete(text))
-            }
-            wit::Outcome::Terminal(wit::Terminal::Abort(text)) => {
-                Outcome::Terminal(Terminal::Abort(text))
-            }
-            wit::Outcome::Park(park) => Outcome::Park(match park {
-                wit::Park::Ask(question) => Park::Ask(question),
-                wit::Park::BrowserLogin(login) => Park::BrowserLogin(LoginRequest {
-                    url: login.url,
-                    reason: login.reason,
-                }),
-                wit::Park::ToolRequest(request) => Park::ToolRequest(ToolRequest {
-                    tool: request.tool,
-                    reason: request.reason,
-                    arguments: request.arguments,
-                }),
-                wit::Park::Subtasks(ids) => Park::Subtasks(ids),
-            }),
-        }
-    }
-}
+/// Longest `kind` and `media-type` of a draft: words, not text.
+pub const MAX_ARTIFACT_LABEL: usize = 128;
 
-impl From<Resume> for wit::Resume {
-    fn from(resume: Resume) -> Self {
-        match resume {
-            Resume::Answered(answer) => wit::Resume::Answered(answer),
-            Resume::Approved => wit::Resume::Approved,
-            Resume::Denied(reason) => wit::Resume::Denied(reason),
-            Resume::LoggedIn(session) => wit::Resume::LoggedIn(session),
-            Resume::SubtasksDone(results) => wit::Resume::SubtasksDone(
-                results
-                    .into_iter()
-                    .map(|result| wit::SubtaskResult {
-                        job_id: result.job_id,
-                        status: match result.status {
-                            SubtaskStatus::Completed => wit::SubtaskStatus::Completed,
-                            SubtaskStatus::Aborted => wit::SubtaskStatus::Aborted,
-                            SubtaskStatus::Cancelled => wit::SubtaskStatus::Cancelled,
-                            SubtaskStatus::Failed => wit::SubtaskStatus::Failed,
-                        },
-                        output: result.output,
-                    })
-                    .collect(),
-            ),
-            Resume::Expired => wit::Resume::Expired,
-        }
+/// Why a draft cannot be reviewed: its labels are what a reviewer and a page act on.
+fn draft_problem(draft: &ArtifactDraft) -> Option<String> {
+    let word = |text: &str| {
+        !text.is_empty()
+            && text.len() <= MAX_ARTIFACT_LABEL
+            && !text.chars().any(|c| c.is_control() || c.is_whitespace())
+    };
+    if !word(&draft.kind) {
+        return Some(format!(
+            "park artifact: the kind must be one word of at most {MAX_ARTIFACT_LABEL} bytes, \
+             not {:?}",
+            draft.kind.chars().take(80).collect::<String>()
+        ));
     }
+    let media_type = draft.media_type.split_once('/');
+    if !word(&draft.media_type) || media_type.is_none_or(|(a, b)| a.is_empty() || b.is_empty()) {
+        return Some(format!(
+            "park artifact: the media type must look like `text/markdown`, not {:?}",
+            draft.media_type.chars().take(80).collect::<String>()
+        ));
+    }
+    if draft.title.trim().is_empty() || draft.title.chars().any(char::is_control) {
+        return Some("park artifact: the title must be a line of text".into());
+    }
+    if draft
+        .revises
+        .as_deref()
+        .is_some_and(|id| id.trim().is_empty())
+    {
+        return Some("park artifact: `revises` names no artifact".into());
+    }
+    None
 }
 
 #[cfg(test)]
@@ -275,7 +339,8 @@ mod tests {
             Resume::SubtasksDone(vec![SubtaskResult {
                 job_id: "j1".into(),
                 status: SubtaskStatus::Aborted,
-                output: "no".into()
+                output: "no".into(),
+                facts: vec![],
             }])
         );
         assert!(serde_json::from_str::<Resume>(r#"{"approve":null}"#).is_err());

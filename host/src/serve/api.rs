@@ -20,12 +20,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use super::answers;
 use super::auth::{Auth, require_token};
 use super::guard::{Guard, guard_requests};
-use super::live::{Hub, Notice, feed, job_stream};
+use super::live::{Hub, feed, job_stream};
 use super::plugins::{Change, PluginHost, PluginRequestError};
-use crate::engine::{Engine, JobEvent, JobState, JobStatus, job_session};
-use crate::plugin::Resume;
+use crate::engine::{
+    Engine, JobEvent, JobState, JobStatus, WaitRequest, artifact_view, job_session,
+};
+
 use crate::store::{JobStore, StoreError, new_job_id};
 
 const INBOX_PAGE: &str = include_str!("inbox.html");
@@ -44,7 +47,7 @@ pub struct AppState {
     pub max_upload_bytes: usize,
 }
 
-type Shared = State<Arc<AppState>>;
+pub(super) type Shared = State<Arc<AppState>>;
 
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
@@ -60,11 +63,17 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/jobs", get(list_jobs).post(start_job))
         .route("/jobs/{id}", get(show_job))
         .route("/jobs/{id}/events", get(job_events))
-        .route("/jobs/{id}/answer", post(answer))
-        .route("/jobs/{id}/login", post(login))
-        .route("/jobs/{id}/approve", post(approve))
-        .route("/jobs/{id}/deny", post(deny))
-        .route("/jobs/{id}/cancel", post(cancel))
+        .route("/jobs/{id}/answer", post(answers::answer))
+        .route("/jobs/{id}/login", post(answers::login))
+        .route("/jobs/{id}/approve", post(answers::approve))
+        .route("/jobs/{id}/deny", post(answers::deny))
+        .route("/jobs/{id}/cancel", post(answers::cancel))
+        .route("/jobs/{id}/choose", post(answers::choose))
+        .route("/jobs/{id}/intake", post(answers::intake))
+        .route("/jobs/{id}/accept", post(answers::accept))
+        .route("/jobs/{id}/reject", post(answers::reject))
+        .route("/jobs/{id}/revise", post(answers::revise))
+        .route("/jobs/{id}/artifacts", get(artifacts))
         .route("/inbox", get(inbox))
         .route("/events", get(events))
         .fallback(no_such_endpoint)
@@ -136,7 +145,7 @@ async fn no_such_endpoint() -> ApiError {
 }
 
 /// A raw body, with its rejection (too large, cut off) as an [`ApiError`].
-fn raw_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(super) fn raw_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -168,7 +177,7 @@ impl ApiError {
         self.code
     }
 
-    fn bad_request(message: impl Into<String>) -> Self {
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 }
@@ -210,7 +219,7 @@ impl From<PluginRequestError> for ApiError {
 }
 
 /// A JSON body whose rejection is an [`ApiError`] naming what is wrong with it.
-pub struct Body<T>(T);
+pub struct Body<T>(pub T);
 
 impl<S, T> FromRequest<S> for Body<T>
 where
@@ -241,7 +250,7 @@ where
     }
 }
 
-type ApiResult<T = axum::Json<Value>> = Result<T, ApiError>;
+pub(super) type ApiResult<T = axum::Json<Value>> = Result<T, ApiError>;
 
 async fn health(State(state): Shared) -> ApiResult {
     let catalog = state.engine.catalog();
@@ -337,20 +346,27 @@ async fn list_jobs(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StartJob {
-    piece: String,
+    /// Without a piece, the job waits for a human to choose one.
+    #[serde(default)]
+    piece: Option<String>,
+    #[serde(default)]
     input: String,
+    /// Intake values, shown filled in for a human to confirm.
+    #[serde(default)]
+    slots: std::collections::BTreeMap<String, String>,
 }
 
 async fn start_job(
     State(state): Shared,
     Body(request): Body<StartJob>,
 ) -> ApiResult<(StatusCode, axum::Json<Value>)> {
-    let job = state
+    let mut job = state
         .engine
-        .new_job(new_job_id(), &request.piece, request.input)
+        .new_job(new_job_id(), request.piece.as_deref(), request.input)
         .map_err(|error| {
             ApiError::new(StatusCode::NOT_FOUND, "unknown_piece", error.to_string())
         })?;
+    job.prefill = request.slots;
     state.store.create_async(&job).await?;
     state.publish_change(&job.id, JobStatus::Pending);
     let view = job_view(state.store.as_ref(), &job.id)?;
@@ -404,6 +420,14 @@ async fn inbox(State(state): Shared) -> ApiResult {
     let mut jobs = Vec::new();
     for summary in state.store.list(Some(JobStatus::WaitingHuman), 500)? {
         match job_view(state.store.as_ref(), &summary.id) {
+            // A worker's questions and drafts are answered at its parent, which shows them.
+            Ok(view)
+                if view.state.reviewed_by_parent
+                    && view
+                        .state
+                        .wait
+                        .as_ref()
+                        .is_some_and(|wait| wait.request.surfaces_at_parent()) => {}
             Ok(view) if view.state.wait.is_some() => jobs.push(view),
             Ok(_) | Err(StoreError::NotFound(_)) => {}
             Err(error) => return Err(error.into()),
@@ -415,133 +439,20 @@ async fn inbox(State(state): Shared) -> ApiResult {
     Ok(axum::Json(json!({ "jobs": jobs })))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AnswerBody {
-    text: String,
-    wait: Option<u32>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LoginBody {
-    session: String,
-    wait: Option<u32>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApproveBody {
-    /// An approval names the wait it approves, so it can never approve a later call.
-    wait: u32,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DenyBody {
-    reason: String,
-    wait: Option<u32>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct CancelBody {
-    reason: Option<String>,
-}
-
-async fn answer(
-    State(state): Shared,
-    Path(id): Path<String>,
-    Body(body): Body<AnswerBody>,
-) -> ApiResult {
-    state
-        .resume(&id, Resume::Answered(body.text), body.wait)
-        .await
-}
-
-async fn login(
-    State(state): Shared,
-    Path(id): Path<String>,
-    Body(body): Body<LoginBody>,
-) -> ApiResult {
-    if body.session.trim().is_empty() {
-        return Err(ApiError::bad_request("session: must not be empty"));
-    }
-    state
-        .resume(&id, Resume::LoggedIn(body.session), body.wait)
-        .await
-}
-
-async fn approve(
-    State(state): Shared,
-    Path(id): Path<String>,
-    Body(body): Body<ApproveBody>,
-) -> ApiResult {
-    state.resume(&id, Resume::Approved, Some(body.wait)).await
-}
-
-async fn deny(
-    State(state): Shared,
-    Path(id): Path<String>,
-    Body(body): Body<DenyBody>,
-) -> ApiResult {
-    if body.reason.trim().is_empty() {
-        return Err(ApiError::bad_request(
-            "reason: a denial needs a reason (the model reads it)",
-        ));
-    }
-    state
-        .resume(&id, Resume::Denied(body.reason), body.wait)
-        .await
-}
-
-async fn cancel(
-    State(state): Shared,
-    Path(id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult {
-    let body: CancelBody = optional_body(&raw_body(body)?)?;
-    let reason = body
-        .reason
-        .unwrap_or_else(|| "cancelled through the API".to_owned());
-    state.store.cancel_async(&id, &reason).await?;
-    let view = job_view(state.store.as_ref(), &id)?;
-    state.publish_change(&id, view.state.status);
-    Ok(axum::Json(view.summary))
-}
-
-/// An empty body, or a JSON object.
-fn optional_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body).map_err(|error| ApiError::bad_request(format!("body: {error}")))
-}
-
-impl AppState {
-    async fn resume(&self, id: &str, resume: Resume, wait: Option<u32>) -> ApiResult {
-        self.store.answer_async(id, &resume, wait).await?;
-        self.publish_change(id, JobStatus::Pending);
-        Ok(axum::Json(job_view(self.store.as_ref(), id)?.summary))
-    }
-
-    fn publish_change(&self, job: &str, status: JobStatus) {
-        if status == JobStatus::Pending {
-            // One job became runnable: one runner is enough.
-            self.wake.notify_one();
-        }
-        self.hub.publish(Notice::Saved {
-            job: job.to_owned(),
-            status,
-        });
-    }
+async fn artifacts(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    let (job, _) = state.store.load(&id)?;
+    let artifacts: Vec<Value> = job
+        .phase_session()
+        .map(|session| session.artifacts().iter().map(artifact_view).collect())
+        .unwrap_or_default();
+    Ok(axum::Json(json!({ "job": id, "artifacts": artifacts })))
 }
 
 /// A job as the API shows it.
-struct JobView {
-    state: JobState,
+pub(super) struct JobView {
+    pub state: JobState,
     updated_at_ms: i64,
-    summary: Value,
+    pub summary: Value,
 }
 
 impl JobView {
@@ -550,6 +461,12 @@ impl JobView {
             fields.insert("input".into(), json!(self.state.input));
             fields.insert("result".into(), json!(self.state.result));
             fields.insert("children".into(), json!(self.state.children));
+            let artifacts: Vec<Value> = self
+                .state
+                .phase_session()
+                .map(|session| session.artifacts().iter().map(artifact_view).collect())
+                .unwrap_or_default();
+            fields.insert("artifacts".into(), json!(artifacts));
         }
         self.summary
     }
@@ -562,21 +479,41 @@ fn asked_by(wait: &crate::engine::Wait) -> Option<&'static str> {
     match (&wait.request, &wait.resume) {
         (
             crate::engine::WaitRequest::ToolApproval { .. },
-            crate::engine::ResumePoint::ApprovalGate { .. },
-        ) => Some("policy"),
+            crate::engine::ResumePoint::ApprovalGate { by, .. },
+        ) => Some(match by {
+            crate::engine::GateOwner::Policy => "policy",
+            crate::engine::GateOwner::Piece => "piece",
+        }),
         (crate::engine::WaitRequest::ToolApproval { .. }, _) => Some("tool"),
         _ => None,
     }
 }
 
-fn job_view(store: &dyn JobStore, id: &str) -> Result<JobView, StoreError> {
+pub(super) fn job_view(store: &dyn JobStore, id: &str) -> Result<JobView, StoreError> {
     let (state, status) = store.load(id)?;
     let row = store.summary(id)?;
-    let log: Vec<JobEvent> = store
-        .events(id, 0)?
-        .into_iter()
-        .map(|stored| stored.event)
-        .collect();
+    // The session kept with the job is the fold of its log; only a job stored before sessions
+    // were kept has its log folded here.
+    let session = match state.phase_session() {
+        Some(session) => Ok(session.clone()),
+        None => {
+            let log: Vec<JobEvent> = store
+                .events(id, 0)?
+                .into_iter()
+                .map(|stored| stored.event)
+                .collect();
+            job_session(&state.id, &log)
+        }
+    };
+    let under_review = state.wait.as_ref().and_then(|wait| match &wait.request {
+        WaitRequest::ArtifactReview { artifact_id, .. }
+        | WaitRequest::RevisionInstruction { artifact_id, .. } => session
+            .as_ref()
+            .ok()
+            .and_then(|session| session.artifact(artifact_id))
+            .map(artifact_view),
+        _ => None,
+    });
     let mut summary = json!({
         "id": state.id,
         "piece": state.piece,
@@ -590,14 +527,16 @@ fn job_view(store: &dyn JobStore, id: &str) -> Result<JobView, StoreError> {
             "reason": wait.reason.map(|reason| reason.as_str()),
             "request": wait.request,
             "asked_by": asked_by(wait),
+            "artifact": under_review,
         })),
         "expires_at_ms": state.wait_expires_at_ms,
     });
     let fields = summary.as_object_mut().expect("an object");
-    match job_session(&state.id, &log) {
+    match &session {
         Ok(session) => {
             fields.insert("phase".into(), json!(session.phase()));
             fields.insert("waiting_reason".into(), json!(session.waiting_reason()));
+            fields.insert("worker".into(), json!(session.current_worker_id()));
         }
         Err(error) => {
             fields.insert("phase".into(), Value::Null);
@@ -642,6 +581,7 @@ mod tests {
         let gate = ResumePoint::ApprovalGate {
             call: call.clone(),
             plugin: plugin.clone(),
+            by: crate::engine::GateOwner::Policy,
         };
         let parked = ResumePoint::ParkedCall { call, plugin };
         assert_eq!(asked_by(&wait(approval.clone(), gate)), Some("policy"));

@@ -6,6 +6,7 @@
 //! phase of a job is folded from its log on every read. So a server can be killed at any point
 //! and started again on the same store, folder and config, and every job goes on.
 
+mod answers;
 mod api;
 mod auth;
 mod guard;

@@ -17,8 +17,7 @@ use serde::Serialize;
 
 pub use sqlite::{CancelOutcome, SqliteStore};
 
-use crate::engine::{JobEvent, JobState, JobStatus};
-use crate::plugin::Resume;
+use crate::engine::{Answer, JobEvent, JobState, JobStatus};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -84,7 +83,7 @@ pub struct StoredEvent {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimedJob {
     pub state: JobState,
-    pub resume: Option<Resume>,
+    pub resume: Option<Answer>,
 }
 
 /// A store call that leaves the calling thread free while the change waits for its commit.
@@ -112,12 +111,14 @@ pub trait JobStore: Send + Sync {
     fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError>;
 
     /// Records the answer to a waiting job and makes it runnable. Refused when the job does not
-    /// wait (ended, already answered, running), when the answer does not fit the wait, or when
-    /// `wait` is given and the job now waits on another park (an answer to an older question).
-    fn answer(&self, id: &str, resume: &Resume, wait: Option<u32>) -> Result<(), StoreError>;
+    /// wait (ended, already answered, running), when the answer does not fit the wait or the
+    /// job's session refuses it, when `wait` is given and the job now waits on another park (an
+    /// answer to an older question), and when the job is a worker whose questions and drafts
+    /// are answered at its parent (the parent passes its answers on as forwarded ones).
+    fn answer(&self, id: &str, answer: &Answer, wait: Option<u32>) -> Result<(), StoreError>;
 
     /// [`JobStore::answer`] for async callers.
-    fn answer_async(&self, id: &str, resume: &Resume, wait: Option<u32>) -> StoreFuture<()>;
+    fn answer_async(&self, id: &str, answer: &Answer, wait: Option<u32>) -> StoreFuture<()>;
 
     /// Takes a runnable job for `owner` until `lease_ms` from now. Returns `None` when the job
     /// is not runnable (someone else holds it, it waits, it ended).

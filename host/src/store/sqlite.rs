@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{ClaimedJob, Handoff, JobStore, JobSummary, StoreError, StoreFuture, StoredEvent};
-use crate::engine::{JobEvent, JobState, JobStatus, WaitRequest};
+use crate::engine::{
+    Answer, EngineAnswer, JobEvent, JobSession, JobState, JobStatus, WaitRequest, check_answer,
+};
 use crate::plugin::Resume;
 
 /// Schema versions, applied in order; the index + 1 is the `user_version` after each.
@@ -125,6 +127,7 @@ impl std::fmt::Debug for SqliteStore {
 /// which every runner waits for, only runs SQL.
 struct JobRow {
     id: String,
+    piece: String,
     status: JobStatus,
     movement: String,
     parent: Option<String>,
@@ -142,10 +145,12 @@ impl JobRow {
                 Some(plugin.content_hash.clone())
             }
             crate::engine::ResumePoint::EnterMovement
-            | crate::engine::ResumePoint::BurstGate { .. } => None,
+            | crate::engine::ResumePoint::BurstGate { .. }
+            | crate::engine::ResumePoint::EnterPiece => None,
         });
         Ok(Self {
             id: job.id.clone(),
+            piece: job.piece.clone(),
             status: job.status,
             movement: job.movement.clone(),
             parent: job.parent.clone(),
@@ -181,6 +186,12 @@ impl EventBatch {
 #[derive(serde::Deserialize)]
 struct StateWait {
     wait: Option<WaitToAnswer>,
+    #[serde(default)]
+    session: Option<JobSession>,
+    #[serde(default)]
+    parent: Option<String>,
+    #[serde(default)]
+    reviewed_by_parent: bool,
 }
 
 #[derive(serde::Deserialize)]
@@ -206,7 +217,7 @@ impl ClaimedRow {
         let resume = self
             .resume
             .as_deref()
-            .map(serde_json::from_str::<Resume>)
+            .map(serde_json::from_str::<Answer>)
             .transpose()
             .map_err(|e| db.corrupt(&self.id, e))?;
         Ok(ClaimedJob { state, resume })
@@ -504,6 +515,7 @@ impl Db {
         tx.exec_cached(
             "UPDATE jobs SET status = ?2, movement = ?3, wait_reason = ?4, parked_plugin = ?5, \
              pending_resume = NULL, state = ?6, updated_at_ms = ?7, wait_expires_at_ms = ?10, \
+             piece = ?11, \
              lease_owner = CASE WHEN ?8 THEN lease_owner END, \
              lease_until_ms = CASE WHEN ?8 THEN lease_until_ms END \
              WHERE id = ?1 AND (?9 IS NULL OR lease_owner = ?9)",
@@ -517,7 +529,8 @@ impl Db {
                 at,
                 still_running,
                 owner,
-                job.wait_expires_at_ms
+                job.wait_expires_at_ms,
+                job.piece
             ],
         )
         .map_err(|e| self.db_error(e))
@@ -529,7 +542,7 @@ impl Db {
         &self,
         tx: &rusqlite::Connection,
         id: &str,
-        resume: &Resume,
+        resume: &Answer,
         at: i64,
     ) -> Result<(), StoreError> {
         let resume = serde_json::to_string(resume).map_err(|e| self.db_error(e))?;
@@ -740,10 +753,10 @@ fn create_change(db: &Db, job: &JobState) -> Result<impl ChangeBody<()> + use<>,
     })
 }
 
-/// Records `resume` as the answer to the wait of `id` (the one numbered `expected`, if given).
-fn answer_change(id: &str, resume: &Resume, expected: Option<u32>) -> impl ChangeBody<()> + use<> {
+/// Records `answer` as the answer to the wait of `id` (the one numbered `expected`, if given).
+fn answer_change(id: &str, answer: &Answer, expected: Option<u32>) -> impl ChangeBody<()> + use<> {
     let at = now_ms();
-    let (id, resume) = (id.to_owned(), resume.clone());
+    let (id, answer) = (id.to_owned(), answer.clone());
     move |db: &Db, tx: &Tx<'_>| {
         let (status, state, pending, _) = db.row_text(tx, &id)?;
         if !status.is_waiting() {
@@ -768,13 +781,37 @@ fn answer_change(id: &str, resume: &Resume, expected: Option<u32>) -> impl Chang
                 current: wait.id,
             });
         }
-        wait.request
-            .accepts(&resume)
-            .map_err(|message| StoreError::WrongAnswer {
-                job: id.clone(),
-                message,
-            })?;
-        db.make_runnable(tx, &id, &resume, at)
+        let wrong = |message: String| StoreError::WrongAnswer {
+            job: id.clone(),
+            message,
+        };
+        let answer = match &answer {
+            Answer::Engine(EngineAnswer::Forwarded { from, answer }) => {
+                if state.parent.as_deref() != Some(from.as_str()) || !state.reviewed_by_parent {
+                    return Err(wrong(format!(
+                        "job `{from}` passed on an answer, but this job is not its worker"
+                    )));
+                }
+                answer.as_ref()
+            }
+            answer => {
+                if let Some(parent) = state.parent.as_deref().filter(|_| state.reviewed_by_parent)
+                    && wait.request.surfaces_at_parent()
+                {
+                    return Err(wrong(format!(
+                        "this job is a worker of job `{parent}`: its questions and drafts are \
+                         answered there, so that both keep the same verdict"
+                    )));
+                }
+                answer
+            }
+        };
+        wait.request.accepts(answer).map_err(&wrong)?;
+        if let Some(session) = &state.session {
+            check_answer(session, &id, wait.id, &wait.request, answer)
+                .map_err(|refused| wrong(format!("its session refuses it: {refused}")))?;
+        }
+        db.make_runnable(tx, &id, answer, at)
     }
 }
 
@@ -802,12 +839,12 @@ impl JobStore for SqliteStore {
         Ok((state, status))
     }
 
-    fn answer(&self, id: &str, resume: &Resume, wait: Option<u32>) -> Result<(), StoreError> {
-        self.write(answer_change(id, resume, wait))
+    fn answer(&self, id: &str, answer: &Answer, wait: Option<u32>) -> Result<(), StoreError> {
+        self.write(answer_change(id, answer, wait))
     }
 
-    fn answer_async(&self, id: &str, resume: &Resume, wait: Option<u32>) -> StoreFuture<()> {
-        self.write_async(answer_change(id, resume, wait))
+    fn answer_async(&self, id: &str, answer: &Answer, wait: Option<u32>) -> StoreFuture<()> {
+        self.write_async(answer_change(id, answer, wait))
     }
 
     fn claim(
@@ -862,7 +899,7 @@ impl JobStore for SqliteStore {
             Ok(true) => {}
             nothing_or_error => return ready(nothing_or_error.map(|_| 0)),
         }
-        let expired = match serde_json::to_string(&Resume::Expired) {
+        let expired = match serde_json::to_string(&Answer::Resume(Resume::Expired)) {
             Ok(expired) => expired,
             Err(error) => return ready(Err(self.db.db_error(error))),
         };

@@ -15,10 +15,11 @@ fn job(id: &str) -> JobState {
     JobState::new(id.into(), "chat", "chat", "hello".into())
 }
 
-/// `job` parked on an ASK, as the engine leaves it.
+/// `job` parked on an ASK, as the engine leaves it: its session stepped through the start and
+/// the park too.
 fn parked(mut job: JobState) -> JobState {
     job.status = JobStatus::WaitingHuman;
-    job.wait = Some(Wait {
+    let wait = Wait {
         id: 1,
         reason: Some(WaitReason::Input),
         request: WaitRequest::Question {
@@ -31,7 +32,29 @@ fn parked(mut job: JobState) -> JobState {
                 content_hash: "hash-1".into(),
             },
         },
-    });
+    };
+    let session = job.session.as_mut().unwrap();
+    for event in [
+        JobEvent::Started {
+            piece: "chat".into(),
+            input: "hello".into(),
+            parent: None,
+            max_burst: 12,
+            acceptance: Default::default(),
+            choose_from: Vec::new(),
+            intake: None,
+        },
+        JobEvent::Parked {
+            wait: wait.id,
+            status: JobStatus::WaitingHuman,
+            resume_movement: "chat".into(),
+            reason: wait.reason,
+            request: wait.request.clone(),
+        },
+    ] {
+        session.observe(&job.id, &event).unwrap();
+    }
+    job.wait = Some(wait);
     job
 }
 
@@ -93,22 +116,27 @@ fn a_wait_is_answered_exactly_once() {
         Some("input")
     );
 
-    let wrong = store.answer("j1", &Resume::Approved, None).unwrap_err();
+    let wrong = store
+        .answer("j1", &Resume::Approved.into(), None)
+        .unwrap_err();
     assert!(matches!(wrong, StoreError::WrongAnswer { .. }), "{wrong}");
     let stale = store
-        .answer("j1", &Resume::Answered("x".into()), Some(2))
+        .answer("j1", &Resume::Answered("x".into()).into(), Some(2))
         .unwrap_err();
     assert!(stale.to_string().contains("not on park 2"), "{stale}");
     store
-        .answer("j1", &Resume::Answered("Paris".into()), Some(1))
+        .answer("j1", &Resume::Answered("Paris".into()).into(), Some(1))
         .unwrap();
     let second = store
-        .answer("j1", &Resume::Answered("Rome".into()), None)
+        .answer("j1", &Resume::Answered("Rome".into()).into(), None)
         .unwrap_err();
     assert!(second.to_string().contains("already answered"), "{second}");
 
     let claimed = store.claim("j1", "r", 60_000).unwrap().unwrap();
-    assert_eq!(claimed.resume, Some(Resume::Answered("Paris".into())));
+    assert_eq!(
+        claimed.resume,
+        Some(Resume::Answered("Paris".into()).into())
+    );
     assert_eq!(
         claimed.state.status,
         JobStatus::WaitingHuman,
@@ -194,7 +222,7 @@ fn cancel_ends_a_waiting_job_but_not_a_finished_one() {
     let again = store.cancel("j1", "again").unwrap_err();
     assert!(again.to_string().contains("cancelled"), "{again}");
     let answer = store
-        .answer("j1", &Resume::Answered("late".into()), None)
+        .answer("j1", &Resume::Answered("late".into()).into(), None)
         .unwrap_err();
     assert!(matches!(answer, StoreError::NotWaiting { .. }), "{answer}");
 }
@@ -250,13 +278,16 @@ fn an_expired_wait_resumes_with_expired_and_an_answered_one_does_not() {
         "expiring waits come back by themselves"
     );
     store
-        .answer("answered", &Resume::Answered("on time".into()), None)
+        .answer("answered", &Resume::Answered("on time".into()).into(), None)
         .unwrap();
     assert_eq!(run_to_end(store.expire_waits()).unwrap(), 1);
     let late = store.claim("late", "r", 60_000).unwrap().unwrap();
-    assert_eq!(late.resume, Some(Resume::Expired));
+    assert_eq!(late.resume, Some(Resume::Expired.into()));
     let answered = store.claim("answered", "r", 60_000).unwrap().unwrap();
-    assert_eq!(answered.resume, Some(Resume::Answered("on time".into())));
+    assert_eq!(
+        answered.resume,
+        Some(Resume::Answered("on time".into()).into())
+    );
     assert_eq!(store.load("forever").unwrap().1, JobStatus::WaitingHuman);
 }
 
@@ -550,4 +581,113 @@ fn events_of_a_first_schema_store_keep_their_numbers() {
     );
     assert_eq!(after_four[0].event, finished(JobStatus::Completed));
     assert_eq!(store.events("j1", 0).unwrap().len(), 5);
+}
+
+#[test]
+fn an_answer_the_jobs_session_refuses_is_not_recorded() {
+    let (_dir, store) = store();
+    store.create(&job("j1")).unwrap();
+    store.claim("j1", "r", 60_000).unwrap();
+    // The wait says it takes an answer, but the session never parked: the log would not fold.
+    let mut unparked = parked(job("j1"));
+    unparked.session = job("j1").session;
+    store.save(&unparked, &[], "r").unwrap();
+    let refused = store
+        .answer("j1", &Resume::Answered("Paris".into()).into(), None)
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("its session refuses it: event #0 `resumed` rejected in phase `idle`"),
+        "{refused}"
+    );
+    assert_eq!(store.load("j1").unwrap().1, JobStatus::WaitingHuman);
+}
+
+/// A worker of `parent`, parked on a question as the engine leaves it.
+fn waiting_worker(store: &SqliteStore, parent: &str, id: &str) {
+    let mut worker = job(id);
+    worker.parent = Some(parent.into());
+    worker.reviewed_by_parent = true;
+    store.create(&worker).unwrap();
+    store.claim(id, "r", 60_000).unwrap();
+    store.save(&parked(worker), &[], "r").unwrap();
+}
+
+#[test]
+fn a_workers_question_is_answered_only_through_its_parent() {
+    let (_dir, store) = store();
+    store.create(&job("parent")).unwrap();
+    waiting_worker(&store, "parent", "worker");
+    let direct = store
+        .answer("worker", &Resume::Answered("me".into()).into(), None)
+        .unwrap_err();
+    assert!(
+        direct.to_string().contains("a worker of job `parent`"),
+        "{direct}"
+    );
+    let forwarded = |from: &str| {
+        crate::engine::Answer::Engine(crate::engine::EngineAnswer::Forwarded {
+            from: from.into(),
+            answer: Box::new(Resume::Answered("the council".into()).into()),
+        })
+    };
+    let stranger = store
+        .answer("worker", &forwarded("someone-else"), Some(1))
+        .unwrap_err();
+    assert!(
+        stranger.to_string().contains("not its worker"),
+        "{stranger}"
+    );
+    store
+        .answer("worker", &forwarded("parent"), Some(1))
+        .unwrap();
+    // The worker gets the answer itself, as if a human had given it there.
+    let claimed = store.claim("worker", "r", 60_000).unwrap().unwrap();
+    assert_eq!(
+        claimed.resume,
+        Some(Resume::Answered("the council".into()).into())
+    );
+}
+
+#[test]
+fn a_parent_waiting_for_its_worker_hears_of_its_question_at_once() {
+    let (_dir, store) = store();
+    // The worker asked while its parent still ran; the parent then parks on it.
+    store.create(&job("parent")).unwrap();
+    waiting_worker(&store, "parent", "worker");
+    store.claim("parent", "r", 60_000).unwrap();
+    let mut parent = job("parent");
+    parent.status = JobStatus::WaitingSubtasks;
+    parent.wait = Some(Wait {
+        id: 1,
+        reason: None,
+        request: WaitRequest::Worker {
+            worker: "worker".into(),
+        },
+        resume: ResumePoint::ParkedCall {
+            call: CallRequest::new("RunWorker", serde_json::json!({})),
+            plugin: PinnedPlugin {
+                name: "run_worker".into(),
+                content_hash: "hash-2".into(),
+            },
+        },
+    });
+    store.save(&parent, &[], "r").unwrap();
+    assert_eq!(store.load("parent").unwrap().1, JobStatus::Pending);
+    let claimed = store.claim("parent", "r", 60_000).unwrap().unwrap();
+    let Some(crate::engine::Answer::Engine(crate::engine::EngineAnswer::Worker(
+        crate::engine::WorkerNews::Asked {
+            worker,
+            wait,
+            question,
+        },
+    ))) = claimed.resume
+    else {
+        panic!("the parent hears of the question: {:?}", claimed.resume);
+    };
+    assert_eq!(
+        (worker.as_str(), wait, question.as_str()),
+        ("worker", 1, "Which city?")
+    );
 }

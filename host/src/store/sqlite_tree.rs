@@ -1,15 +1,20 @@
 //! Parent and child jobs in the SQLite store: a parent waiting for its subtasks becomes runnable
-//! when the last of them ends, and a cancel reaches every descendant and wins over a park that
-//! the run it was asked for saves afterwards.
+//! when the last of them ends; a parent waiting for its worker becomes runnable when the worker
+//! asks a question, hands in a draft or ends, with that news; and a cancel reaches every
+//! descendant and wins over a park that the run it was asked for saves afterwards.
 //!
 //! Invariant: these run inside the transaction of the change that caused them (a save, a
 //! cancel), so a child's end and its parent's release are one atomic step: no child end is
-//! missed and no parent is released twice.
+//! missed and no parent is released twice. A parent that starts waiting for its worker is told
+//! at once what the worker already did, so news that came while the parent ran is not lost.
 
 use rusqlite::OptionalExtension;
 
 use super::{Cached, Db, EventBatch, JobRow};
-use crate::engine::{JobEvent, JobState, JobStatus, WaitRequest};
+use crate::engine::{
+    Answer, EngineAnswer, JobState, JobStatus, WaitRequest, WorkerNews, end_outside, facts_of,
+};
+use crate::phase::ArtifactDraft;
 use crate::plugin::{Resume, SubtaskResult, SubtaskStatus};
 use crate::store::StoreError;
 
@@ -57,23 +62,53 @@ impl Db {
             let Some((child_status, child_state)) = child else {
                 continue;
             };
-            let status = match JobStatus::parse(&child_status) {
-                Some(JobStatus::Completed) => SubtaskStatus::Completed,
-                Some(JobStatus::Aborted) => SubtaskStatus::Aborted,
-                Some(JobStatus::Cancelled) => SubtaskStatus::Cancelled,
-                Some(JobStatus::Error) => SubtaskStatus::Failed,
-                Some(_) => return Ok(()),
-                None => return Err(self.corrupt(id, format!("unknown status `{child_status}`"))),
-            };
+            let status = JobStatus::parse(&child_status)
+                .ok_or_else(|| self.corrupt(id, format!("unknown status `{child_status}`")))?;
+            if !status.is_final() {
+                return Ok(());
+            }
             let child: JobState =
                 serde_json::from_str(&child_state).map_err(|e| self.corrupt(id, e))?;
-            results.push(SubtaskResult {
-                job_id: id.clone(),
-                status,
-                output: child.result.unwrap_or_default(),
-            });
+            results.push(ended(&child, status));
         }
-        self.make_runnable(tx, parent, &Resume::SubtasksDone(results), at)
+        self.make_runnable(
+            tx,
+            parent,
+            &Answer::Resume(Resume::SubtasksDone(results)),
+            at,
+        )
+    }
+
+    /// Makes `parent` runnable with what its worker did, if it waits for a worker that has
+    /// news: a question, a draft to review, its end.
+    pub(super) fn release_for_worker(
+        &self,
+        tx: &rusqlite::Connection,
+        parent: &str,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        let (status, state, pending, _) = match self.row(tx, parent) {
+            Ok(row) => row,
+            Err(StoreError::NotFound(_)) => return Ok(()),
+            Err(error) => return Err(error),
+        };
+        if status != JobStatus::WaitingSubtasks || pending.is_some() {
+            return Ok(());
+        }
+        let Some(WaitRequest::Worker { worker }) = state.wait.as_ref().map(|w| &w.request) else {
+            return Ok(());
+        };
+        let child = match self.row(tx, worker) {
+            Ok((status, child, None, _)) if child.parent.as_deref() == Some(parent) => {
+                (status, child)
+            }
+            Ok(_) | Err(StoreError::NotFound(_)) => return Ok(()),
+            Err(error) => return Err(error),
+        };
+        let Some(news) = news_of(worker, &child.1, child.0) else {
+            return Ok(());
+        };
+        self.make_runnable(tx, parent, &Answer::Engine(EngineAnswer::Worker(news)), at)
     }
 
     /// After `job` was written: release it if it parked on children that already ended, and
@@ -86,11 +121,13 @@ impl Db {
     ) -> Result<(), StoreError> {
         if job.status == JobStatus::WaitingSubtasks {
             self.release_parent(tx, &job.id, at)?;
+            self.release_for_worker(tx, &job.id, at)?;
         }
-        if job.status.is_final()
-            && let Some(parent) = &job.parent
-        {
-            self.release_parent(tx, parent, at)?;
+        if let Some(parent) = &job.parent {
+            if job.status.is_final() {
+                self.release_parent(tx, parent, at)?;
+            }
+            self.release_for_worker(tx, parent, at)?;
         }
         Ok(())
     }
@@ -123,15 +160,9 @@ impl Db {
                 .map_err(|e| self.db_error(e))?;
             return Ok(CancelOutcome::Requested);
         }
-        state.status = JobStatus::Cancelled;
-        state.wait = None;
-        state.result = Some(reason.to_owned());
+        let event = end_outside(&mut state, JobStatus::Cancelled, reason);
         let row = JobRow::of(&state).map_err(|e| self.db_error(e))?;
         self.write_state(tx, &row, at, None)?;
-        let event = JobEvent::Finished {
-            status: JobStatus::Cancelled,
-            detail: reason.to_owned(),
-        };
         let event = EventBatch::of(&[event]).map_err(|e| self.db_error(e))?;
         self.append(tx, id, &event, at)?;
         self.after_write(tx, &row, at)?;
@@ -165,16 +196,9 @@ impl Db {
         let mut state: JobState =
             serde_json::from_str(&job.state).map_err(|e| self.corrupt(&job.id, e))?;
         let detail = "cancelled while it ran: the cancel was asked for before the run stopped";
-        state.status = JobStatus::Cancelled;
-        state.wait = None;
-        state.wait_expires_at_ms = None;
-        state.result = Some(detail.to_owned());
+        let finished = end_outside(&mut state, JobStatus::Cancelled, detail);
         let row = JobRow::of(&state).map_err(|e| self.db_error(e))?;
-        let finished = EventBatch::of(&[JobEvent::Finished {
-            status: JobStatus::Cancelled,
-            detail: detail.to_owned(),
-        }])
-        .map_err(|e| self.db_error(e))?;
+        let finished = EventBatch::of(&[finished]).map_err(|e| self.db_error(e))?;
         Ok(Some((row, finished)))
     }
 
@@ -191,5 +215,55 @@ impl Db {
             .map_err(|e| self.db_error(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.db_error(e))
+    }
+}
+
+/// How `child`, ended with `status`, reports to its parent: with its facts.
+fn ended(child: &JobState, status: JobStatus) -> SubtaskResult {
+    SubtaskResult {
+        job_id: child.id.clone(),
+        status: match status {
+            JobStatus::Completed => SubtaskStatus::Completed,
+            JobStatus::Aborted => SubtaskStatus::Aborted,
+            JobStatus::Cancelled => SubtaskStatus::Cancelled,
+            _ => SubtaskStatus::Failed,
+        },
+        output: child.result.clone().unwrap_or_default(),
+        facts: child.phase_session().map(facts_of).unwrap_or_default(),
+    }
+}
+
+/// What the worker `child` (with `status`) has for its parent: its end, or the question or draft
+/// it waits on; `None` while it runs or waits for anything else.
+fn news_of(worker: &str, child: &JobState, status: JobStatus) -> Option<WorkerNews> {
+    if status.is_final() {
+        return Some(WorkerNews::Ended(ended(child, status)));
+    }
+    let wait = child
+        .wait
+        .as_ref()
+        .filter(|_| status == JobStatus::WaitingHuman)?;
+    match &wait.request {
+        WaitRequest::Question { question } => Some(WorkerNews::Asked {
+            worker: worker.to_owned(),
+            wait: wait.id,
+            question: question.clone(),
+        }),
+        WaitRequest::ArtifactReview { artifact_id, .. } => {
+            let record = child.phase_session()?.artifact(artifact_id)?;
+            Some(WorkerNews::Drafted {
+                worker: worker.to_owned(),
+                wait: wait.id,
+                artifact: ArtifactDraft {
+                    id: record.id().to_owned(),
+                    title: record.title().to_owned(),
+                    kind: record.kind().to_owned(),
+                    media_type: record.media_type().to_owned(),
+                    content: record.content().to_owned(),
+                    revises: record.revises().map(str::to_owned),
+                },
+            })
+        }
+        _ => None,
     }
 }

@@ -17,7 +17,9 @@ use tokio::sync::Notify;
 
 pub use spawner::StoreSpawner;
 
-use crate::engine::{CancelFlag, Engine, JobEvent, JobState, JobStatus, Observer, PieceRunResult};
+use crate::engine::{
+    CancelFlag, Engine, JobEvent, JobState, JobStatus, Observer, PieceRunResult, end_outside,
+};
 use crate::store::{ClaimedJob, Handoff, JobStore, StoreError};
 
 #[derive(Debug, Clone)]
@@ -265,6 +267,21 @@ impl JobRun<'_> {
         cancel: CancelFlag,
     ) -> Ran {
         let ClaimedJob { mut state, resume } = claimed;
+        if state.session.is_none() {
+            // Stored before sessions were kept with jobs: its session is the fold of its log.
+            match self.store.events(&state.id, 0) {
+                Ok(log) => {
+                    let log: Vec<JobEvent> = log.into_iter().map(|stored| stored.event).collect();
+                    match crate::engine::live_session(&state.id, &log) {
+                        Ok(session) => state.session = Some(session),
+                        Err(error) => tracing::error!(job = %state.id, "{error}"),
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(job = %state.id, "cannot read the job's log: {error}")
+                }
+            }
+        }
         let lease_lost = CancelFlag::default();
         let keeper = self.keep_lease(&state.id, cancel.clone(), lease_lost.clone());
         let recorder = Recorder {
@@ -281,13 +298,8 @@ impl JobRun<'_> {
             Ok(result) => Some(result),
             Err(refused) => {
                 tracing::error!(job = %state.id, "the engine refused the job: {refused}");
-                state.status = JobStatus::Error;
-                state.wait = None;
-                state.result = Some(refused.to_string());
-                events.push(JobEvent::Finished {
-                    status: JobStatus::Error,
-                    detail: refused.to_string(),
-                });
+                let finished = end_outside(&mut state, JobStatus::Error, &refused.to_string());
+                events.push(finished);
                 None
             }
         };

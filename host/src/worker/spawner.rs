@@ -2,8 +2,9 @@
 //! the same workers as every other job.
 //!
 //! Invariant: spawning is idempotent per call: the child's id is derived from the parent job,
-//! the call id and the spawn's index within the call, so a call that runs again (after a crash,
-//! or a resume) finds the child it already started instead of starting another. A job nested
+//! the call id and the spawn's index within the call (a call's worker takes an index no spawn
+//! has), so a call that runs again (after a crash, or a resume) finds the child it already
+//! started instead of starting another. A job nested
 //! [`MAX_SUBTASK_DEPTH`] deep starts no more children, so a piece that spawns itself ends, and
 //! a job starts at most [`MAX_CHILDREN_PER_JOB`]. The checks read the store off the async
 //! threads, from summary columns.
@@ -20,10 +21,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
-use crate::engine::{ChildJobs, JobState};
+use crate::engine::{Answer, ChildJobs, JobState, JobsFuture, child_job_id};
 use crate::piece::Piece;
 use crate::plugin::{SpawnContext, SubtaskSpawner};
 use crate::store::{JobStore, StoreError};
@@ -66,13 +66,14 @@ impl StoreSpawner {
 }
 
 /// Checks a spawn against the pieces, the depth and fan-out limits and the store (reads
-/// only; blocking).
+/// only; blocking). A `worker`'s questions and drafts are answered at its parent.
 fn plan(
     store: &dyn JobStore,
     pieces: &BTreeMap<String, PieceEntry>,
     parent: &SpawnContext,
     piece: &str,
     input: String,
+    worker: bool,
 ) -> Result<Planned, String> {
     let entry = pieces.get(piece).ok_or_else(|| {
         let known: Vec<&str> = pieces.keys().map(String::as_str).collect();
@@ -81,7 +82,7 @@ fn plan(
             known.join(", ")
         )
     })?;
-    let id = child_id(&parent.job_id, &parent.call_id, parent.index);
+    let id = child_job_id(&parent.job_id, &parent.call_id, parent.index);
     let depth = depth(store, &parent.job_id)?;
     if depth >= MAX_SUBTASK_DEPTH {
         return Err(format!(
@@ -109,6 +110,7 @@ fn plan(
     let mut child = JobState::new(id.clone(), piece, &entry.initial_movement, input);
     child.parent = Some(parent.job_id.clone());
     child.piece_origin = entry.origin.clone();
+    child.reviewed_by_parent = worker;
     Ok(Planned::New(Box::new(child)))
 }
 
@@ -137,25 +139,21 @@ fn depth(store: &dyn JobStore, job_id: &str) -> Result<u32, String> {
     Ok(depth)
 }
 
-/// `job-` and 32 hex digits of SHA-256 over the parent, the call and the index.
-fn child_id(parent: &str, call_id: &str, index: u32) -> String {
-    let digest = Sha256::digest(format!("{parent}\n{call_id}\n{index}").as_bytes());
-    format!("job-{}", &hex::encode(digest)[..32])
-}
-
-impl SubtaskSpawner for StoreSpawner {
-    fn spawn(
+impl StoreSpawner {
+    /// Plans a child off the async threads and stores it (or finds the one this call started).
+    fn start(
         &self,
         parent: SpawnContext,
         piece: String,
         input: String,
+        worker: bool,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> {
         let (store, pieces, wake) = (self.store.clone(), self.pieces.clone(), self.wake.clone());
         Box::pin(async move {
             let planned = {
                 let store = store.clone();
                 tokio::task::spawn_blocking(move || {
-                    plan(store.as_ref(), &pieces, &parent, &piece, input)
+                    plan(store.as_ref(), &pieces, &parent, &piece, input, worker)
                 })
                 .await
                 .map_err(|error| format!("spawn-subtask failed: {error}"))?
@@ -175,11 +173,62 @@ impl SubtaskSpawner for StoreSpawner {
     }
 }
 
+impl SubtaskSpawner for StoreSpawner {
+    fn spawn(
+        &self,
+        parent: SpawnContext,
+        piece: String,
+        input: String,
+    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> {
+        self.start(parent, piece, input, false)
+    }
+}
+
+/// The spawn index a call's worker takes: never one of `spawn-subtask`'s (at most 64 a call).
+const WORKER_INDEX: u32 = u32::MAX;
+
 impl ChildJobs for StoreSpawner {
     fn children(&self, parent: &str) -> Vec<String> {
         self.store.children(parent).unwrap_or_else(|error| {
             tracing::error!(%parent, "cannot list child jobs: {error}");
             Vec::new()
+        })
+    }
+
+    fn start_worker(
+        &self,
+        parent: &str,
+        call_id: &str,
+        plugin: &str,
+        piece: &str,
+        input: &str,
+    ) -> JobsFuture<String> {
+        let context = SpawnContext {
+            plugin: plugin.into(),
+            job_id: parent.to_owned(),
+            call_id: call_id.to_owned(),
+            index: WORKER_INDEX,
+        };
+        self.start(context, piece.to_owned(), input.to_owned(), true)
+    }
+
+    fn answer(&self, job: &str, answer: Answer, wait: u32) -> JobsFuture<()> {
+        let (store, wake) = (self.store.clone(), self.wake.clone());
+        let answered = store.answer_async(job, &answer, Some(wait));
+        Box::pin(async move {
+            answered.await.map_err(|error| error.to_string())?;
+            wake.notify_one();
+            Ok(())
+        })
+    }
+
+    fn cancel(&self, job: &str, reason: &str) -> JobsFuture<()> {
+        let cancelled = self.store.cancel_async(job, reason);
+        Box::pin(async move {
+            match cancelled.await {
+                Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
+                Err(error) => Err(error.to_string()),
+            }
         })
     }
 }
@@ -286,17 +335,17 @@ mod tests {
     #[test]
     fn child_ids_are_stable_per_call_and_index() {
         assert_eq!(
-            child_id("job-a", "call-1", 0),
-            child_id("job-a", "call-1", 0)
+            child_job_id("job-a", "call-1", 0),
+            child_job_id("job-a", "call-1", 0)
         );
         assert_ne!(
-            child_id("job-a", "call-1", 0),
-            child_id("job-a", "call-1", 1)
+            child_job_id("job-a", "call-1", 0),
+            child_job_id("job-a", "call-1", 1)
         );
         assert_ne!(
-            child_id("job-a", "call-1", 0),
-            child_id("job-b", "call-1", 0)
+            child_job_id("job-a", "call-1", 0),
+            child_job_id("job-b", "call-1", 0)
         );
-        assert_eq!(child_id("job-a", "call-1", 0).len(), 4 + 32);
+        assert_eq!(child_job_id("job-a", "call-1", 0).len(), 4 + 32);
     }
 }

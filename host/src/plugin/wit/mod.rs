@@ -23,10 +23,10 @@ macro_rules! shared_bindings {
             )
         }
 
-        impl maestro::tool::host::Host for CallState {
-            fn log(&mut self, level: maestro::tool::host::LogLevel, message: String) {
+        impl self::maestro::tool::host::Host for CallState {
+            fn log(&mut self, level: self::maestro::tool::host::LogLevel, message: String) {
+                use self::maestro::tool::host::LogLevel as Wit;
                 use crate::plugin::capabilities::LogLevel;
-                use maestro::tool::host::LogLevel as Wit;
                 let level = match level {
                     Wit::Trace => LogLevel::Trace,
                     Wit::Debug => LogLevel::Debug,
@@ -46,7 +46,7 @@ macro_rules! shared_bindings {
             }
         }
 
-        impl maestro::tool::types::Host for CallState {}
+        impl self::maestro::tool::types::Host for CallState {}
 
         /// Checks that `describe` and `invoke` have this version's signatures.
         pub(super) fn check_exports(
@@ -110,7 +110,6 @@ macro_rules! shared_bindings {
         }
     };
 }
-
 
 pub mod since_v0_1_0;
 pub mod since_v0_2_0;
@@ -212,7 +211,9 @@ pub struct GuestError {
 
 /// A resume that an older version cannot carry: only a park of a later version produces it.
 #[derive(Debug, thiserror::Error)]
-#[error("a {version} component cannot be resumed with `{resume}`: that park came with a later version")]
+#[error(
+    "a {version} component cannot be resumed with `{resume}`: that park came with a later version"
+)]
 pub struct ResumeTooNew {
     pub version: WitVersion,
     pub resume: &'static str,

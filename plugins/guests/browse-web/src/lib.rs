@@ -5,9 +5,9 @@
 
 mod text;
 
-use maestro_guest::http::{self, Response, Url};
-use maestro_guest::serde_json::{Value, json};
-use maestro_guest::{
+use maestro_guest_v0_1::http::{self, Response, Url};
+use maestro_guest_v0_1::serde_json::{Value, json};
+use maestro_guest_v0_1::{
     Call, Guest, LoginRequest, Outcome, Park, Resume, ToolError, ToolSpec, output_json, parse_args,
     spec,
 };
@@ -256,7 +256,7 @@ impl Guest for BrowseWeb {
     }
 }
 
-maestro_guest::export!(BrowseWeb);
+maestro_guest_v0_1::export!(BrowseWeb);
 
 #[cfg(test)]
 mod tests {

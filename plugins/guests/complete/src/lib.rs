@@ -3,8 +3,8 @@
 //! (`needs_user_input`), after which the job parks until the answer arrives
 //! and this call is resumed with it.
 
-use maestro_guest::serde_json::{Value, json};
-use maestro_guest::{
+use maestro_guest_v0_1::serde_json::{Value, json};
+use maestro_guest_v0_1::{
     Call, Guest, Outcome, Park, Resume, Terminal, ToolError, ToolSpec, output_json, parse_args,
     spec,
 };
@@ -103,4 +103,4 @@ impl Guest for Complete {
     }
 }
 
-maestro_guest::export!(Complete);
+maestro_guest_v0_1::export!(Complete);

@@ -2,8 +2,8 @@
 //! measure the host's own overhead (so it must stay minimal), and `log`, which
 //! exercises the host's `log` import.
 
-use maestro_guest::serde_json::json;
-use maestro_guest::{Call, Guest, LogLevel, Outcome, ToolError, ToolSpec, parse_args, spec};
+use maestro_guest_v0_1::serde_json::json;
+use maestro_guest_v0_1::{Call, Guest, LogLevel, Outcome, ToolError, ToolSpec, parse_args, spec};
 use serde::Deserialize;
 
 struct Echo;
@@ -83,7 +83,7 @@ impl Guest for Echo {
             "log" => {
                 let args: LogArgs = parse_args(&call)?;
                 let level = args.level.unwrap_or(Level::Info);
-                maestro_guest::log(level.into(), &args.message);
+                maestro_guest_v0_1::log(level.into(), &args.message);
                 Ok(Outcome::Output("logged".to_owned()))
             }
             _ => Err(ToolError::unknown_tool(&call)),
@@ -91,4 +91,4 @@ impl Guest for Echo {
     }
 }
 
-maestro_guest::export!(Echo);
+maestro_guest_v0_1::export!(Echo);

@@ -11,9 +11,9 @@ use std::hint::black_box;
 use std::io::Read;
 use std::time::Duration;
 
-use maestro_guest::http;
-use maestro_guest::serde_json::{Map, Value, json};
-use maestro_guest::{
+use maestro_guest_v0_1::http;
+use maestro_guest_v0_1::serde_json::{Map, Value, json};
+use maestro_guest_v0_1::{
     Call, Guest, LoginRequest, Outcome, Park, ToolError, ToolRequest, ToolSpec, host, output_json,
     parse_args, spec,
 };
@@ -405,4 +405,4 @@ impl Guest for Hostile {
     }
 }
 
-maestro_guest::export!(Hostile);
+maestro_guest_v0_1::export!(Hostile);

@@ -14,13 +14,18 @@
 //! maestro_guest::export!(MyTools);
 //! ```
 //!
-//! The bindings of the `maestro:tool@0.1.0` world (`wit/since_v0.1.0`) are
-//! generated here once so every plugin shares the same types, and the helpers
-//! keep the plugins' error messages and argument handling uniform. The `http`
-//! feature adds a small blocking client over `wasi:http` ([`http`]).
+//! It binds the newest contract, `maestro:tool@0.2.0` (`wit/since_v0.2.0`):
+//! artifacts handed in for review (`Park::Artifact`), workers
+//! (`Park::Worker`) and the facts of child jobs. The crate
+//! `maestro-guest-v0-1` binds the frozen `maestro:tool@0.1.0` for tools that
+//! need none of that; a host binds both, so such a component keeps loading
+//! unchanged. Every plugin shares the same generated types, and the helpers
+//! (from `maestro-guest-core`, shared by both) keep their error messages and
+//! argument handling uniform. The `http` feature adds a small blocking client
+//! over `wasi:http` ([`http`]).
 
 wit_bindgen::generate!({
-    path: "../../../wit/since_v0.1.0",
+    path: "../../../wit/since_v0.2.0",
     world: "plugin",
     // The macro is used from the plugin crates, not from here, and must find
     // the bindings through this crate's name.
@@ -30,45 +35,22 @@ wit_bindgen::generate!({
 });
 
 #[cfg(feature = "http")]
-pub mod http;
+pub use maestro_guest_core::http;
 
 pub use exports::maestro::tool::tool::Guest;
 pub use maestro::tool::host::{self, LogLevel};
 pub use maestro::tool::types::{
-    Call, LoginRequest, Outcome, Park, Resume, SubtaskResult, SubtaskStatus, Terminal, ToolError,
-    ToolRequest, ToolSpec,
+    ArtifactDraft, Call, Fact, LoginRequest, Outcome, Park, Resume, Review, SubtaskResult,
+    SubtaskStatus, Terminal, ToolError, ToolRequest, ToolSpec, Verdict, WorkerRequest,
 };
-pub use serde_json;
+pub use maestro_guest_core::{serde, serde_json};
 
-use serde::de::DeserializeOwned;
-
-/// Deserializes the call's `arguments` JSON into `T`.
-///
-/// The host has already validated the arguments against the tool's schema, so
-/// a failure here means the schema and `T` disagree; retrying cannot help,
-/// hence a non-retryable error that names serde's complaint.
-pub fn parse_args<T: DeserializeOwned>(call: &Call) -> Result<T, ToolError> {
-    serde_json::from_str(&call.arguments)
-        .map_err(|err| ToolError::permanent(format!("invalid arguments for {}: {err}", call.tool)))
-}
-
-/// Builds a [`ToolSpec`] whose `parameters` is `schema` serialized as JSON.
-pub fn spec(name: &str, description: &str, schema: serde_json::Value) -> ToolSpec {
-    ToolSpec {
-        name: name.to_owned(),
-        description: description.to_owned(),
-        parameters: schema.to_string(),
-    }
-}
-
-/// An [`Outcome::Output`] carrying `value` as compact JSON.
-pub fn output_json(value: &serde_json::Value) -> Outcome {
-    Outcome::Output(value.to_string())
-}
+maestro_guest_core::helpers!();
 
 /// The name of a resume kind as written in the WIT (`"answered"`,
-/// `"approved"`, `"denied"`, `"logged-in"`, `"subtasks-done"`, `"expired"`),
-/// for error messages a model or operator reads.
+/// `"approved"`, `"denied"`, `"logged-in"`, `"subtasks-done"`, `"expired"`,
+/// `"reviewed"`, `"worker-done"`), for error messages a model or operator
+/// reads.
 pub fn resume_kind(resume: &Resume) -> &'static str {
     match resume {
         Resume::Answered(_) => "answered",
@@ -77,56 +59,41 @@ pub fn resume_kind(resume: &Resume) -> &'static str {
         Resume::LoggedIn(_) => "logged-in",
         Resume::SubtasksDone(_) => "subtasks-done",
         Resume::Expired => "expired",
+        Resume::Reviewed(_) => "reviewed",
+        Resume::WorkerDone(_) => "worker-done",
     }
 }
 
-impl Resume {
-    /// Same as [`resume_kind`].
-    pub fn kind(&self) -> &'static str {
-        resume_kind(self)
+/// The name of a child job's status, as a model reads it.
+pub fn status_name(status: SubtaskStatus) -> &'static str {
+    match status {
+        SubtaskStatus::Completed => "completed",
+        SubtaskStatus::Aborted => "aborted",
+        SubtaskStatus::Cancelled => "cancelled",
+        SubtaskStatus::Failed => "failed",
     }
 }
 
-impl ToolError {
-    /// A tool error with an explicit retry hint.
-    pub fn new(message: impl Into<String>, retryable: bool) -> Self {
-        ToolError {
-            message: message.into(),
-            retryable,
-        }
-    }
-
-    /// An error that the same call will hit again (bad input, refused
-    /// capability, a wait that expired...).
-    pub fn permanent(message: impl Into<String>) -> Self {
-        Self::new(message, false)
-    }
-
-    /// An error that may go away if the call is tried again later (rate
-    /// limits, a server's 5xx...).
-    pub fn transient(message: impl Into<String>) -> Self {
-        Self::new(message, true)
-    }
-
-    /// The call named a tool this plugin does not offer. The host checks
-    /// names against `describe`, so this only fires on a host bug or a
-    /// `describe` that lost a tool.
-    pub fn unknown_tool(call: &Call) -> Self {
-        Self::permanent(format!("this plugin has no tool named {:?}", call.tool))
-    }
-
-    /// The call was resumed with a kind of resume its park cannot produce:
-    /// `"<tool> cannot be resumed with <kind>"`.
-    pub fn cannot_resume(tool: &str, resume: &Resume) -> Self {
-        Self::permanent(format!(
-            "{tool} cannot be resumed with {}",
-            resume_kind(resume)
-        ))
-    }
-}
-
-/// Writes `message` to the host's log; a thin wrapper so plugins need not
-/// reach into the [`host`] module for the common case.
-pub fn log(level: LogLevel, message: &str) {
-    host::log(level, message);
+/// A child job's end as JSON a model reads: its id, status, output and facts
+/// (the artifacts a reviewer accepted, the only ones handed on).
+pub fn subtask_json(result: &SubtaskResult) -> serde_json::Value {
+    let facts: Vec<serde_json::Value> = result
+        .facts
+        .iter()
+        .map(|fact| {
+            serde_json::json!({
+                "artifact_id": fact.artifact_id,
+                "kind": fact.kind,
+                "title": fact.title,
+                "media_type": fact.media_type,
+                "body": fact.body,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "job_id": result.job_id,
+        "status": status_name(result.status),
+        "output": result.output,
+        "facts": facts,
+    })
 }

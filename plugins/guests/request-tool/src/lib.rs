@@ -3,8 +3,8 @@
 //! the human decides; the resumed call tells the model the decision in words
 //! it can act on.
 
-use maestro_guest::serde_json::{Map, Value, json};
-use maestro_guest::{
+use maestro_guest_v0_1::serde_json::{Map, Value, json};
+use maestro_guest_v0_1::{
     Call, Guest, Outcome, Park, Resume, ToolError, ToolRequest, ToolSpec, output_json, parse_args,
     spec,
 };
@@ -97,4 +97,4 @@ impl Guest for RequestTool {
     }
 }
 
-maestro_guest::export!(RequestTool);
+maestro_guest_v0_1::export!(RequestTool);

@@ -3,8 +3,8 @@
 //! `next: WAIT_SUBTASKS`) then waits on. Starting a child never waits for it: the child runs as
 //! an ordinary job on the host's workers.
 
-use maestro_guest::serde_json::{Value, json};
-use maestro_guest::{
+use maestro_guest_v0_1::serde_json::{Value, json};
+use maestro_guest_v0_1::{
     Call, Guest, Outcome, ToolError, ToolSpec, host, output_json, parse_args, spec,
 };
 use serde::Deserialize;
@@ -62,4 +62,4 @@ impl Guest for SpawnSubTask {
     }
 }
 
-maestro_guest::export!(SpawnSubTask);
+maestro_guest_v0_1::export!(SpawnSubTask);

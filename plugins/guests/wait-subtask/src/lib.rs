@@ -1,10 +1,12 @@
 //! First-party control-flow tool `WaitSubTask`: park the job until every
-//! listed child job has ended, then report how each one ended.
+//! listed child job has ended, then report how each one ended, with its facts
+//! (the artifacts a reviewer accepted). Built against `maestro:tool@0.2.0`,
+//! whose subtask results carry facts.
 
 use maestro_guest::serde_json::{Value, json};
 use maestro_guest::{
     Call, Guest, Outcome, Park, Resume, SubtaskResult, SubtaskStatus, ToolError, ToolSpec,
-    output_json, parse_args, spec,
+    output_json, parse_args, spec, subtask_json,
 };
 use serde::Deserialize;
 
@@ -34,15 +36,6 @@ fn schema() -> Value {
     })
 }
 
-fn status_name(status: SubtaskStatus) -> &'static str {
-    match status {
-        SubtaskStatus::Completed => "completed",
-        SubtaskStatus::Aborted => "aborted",
-        SubtaskStatus::Cancelled => "cancelled",
-        SubtaskStatus::Failed => "failed",
-    }
-}
-
 /// Matches the host's results to what this call awaited. The host should
 /// answer exactly the awaited ids, but the model acts on this output, so a
 /// stray result must not show up and a lost one must be visible.
@@ -55,11 +48,7 @@ fn report(awaited: &[String], results: &[SubtaskResult]) -> Value {
         match results.iter().find(|r| &r.job_id == id) {
             Some(result) => {
                 all_completed &= matches!(result.status, SubtaskStatus::Completed);
-                found.push(json!({
-                    "job_id": result.job_id,
-                    "status": status_name(result.status),
-                    "output": result.output,
-                }));
+                found.push(subtask_json(result));
             }
             None => {
                 all_completed = false;
@@ -74,7 +63,7 @@ impl Guest for WaitSubTask {
     fn describe() -> Vec<ToolSpec> {
         vec![spec(
             TOOL,
-            "Wait until every listed child job has ended. The result lists how each ended (completed, aborted, cancelled or failed) with its output.",
+            "Wait until every listed child job has ended. The result lists how each ended (completed, aborted, cancelled or failed) with its output and its facts: the artifacts a reviewer accepted.",
             schema(),
         )]
     }
