@@ -205,3 +205,31 @@ fn a_job_without_a_piece_waits_for_a_choice_and_its_intake() {
         "{shown}"
     );
 }
+
+#[test]
+fn accepting_the_first_draft_lets_the_review_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("jobs.db");
+    let flags = flags("review.yaml");
+    let run = maestro(
+        &store,
+        &with(&["run", "review", "--input", "Tides of the Tagus"], &flags),
+    );
+    assert!(run.status.success(), "{}", text(&run));
+    let id = root_job(&store);
+    let (shown, _) = show(&store, &id);
+    assert!(shown.contains("phase     waiting_user/review_artifact"), "{shown}");
+    let accept = maestro(&store, &with(&["jobs", "accept", &id], &flags));
+    let said = text(&accept);
+    assert!(accept.status.success(), "{said}");
+    assert!(said.contains("completed:"), "{said}");
+    let (shown, json) = show(&store, &id);
+    assert!(shown.contains("phase     done"), "{shown}");
+    let facts = json["session"]["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|artifact| artifact["fact"] == true)
+        .count();
+    assert_eq!(facts, 1);
+}
