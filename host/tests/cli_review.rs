@@ -218,7 +218,10 @@ fn accepting_the_first_draft_lets_the_review_finish() {
     assert!(run.status.success(), "{}", text(&run));
     let id = root_job(&store);
     let (shown, _) = show(&store, &id);
-    assert!(shown.contains("phase     waiting_user/review_artifact"), "{shown}");
+    assert!(
+        shown.contains("phase     waiting_user/review_artifact"),
+        "{shown}"
+    );
     let accept = maestro(&store, &with(&["jobs", "accept", &id], &flags));
     let said = text(&accept);
     assert!(accept.status.success(), "{said}");

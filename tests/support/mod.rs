@@ -1,6 +1,7 @@
 //! Shared helpers of the end-to-end tests: a runtime per test binary, plugin
 //! loading with a policy, and a loopback web site with a login wall.
 
+pub mod demo;
 pub mod engine;
 pub mod site;
 pub mod world;
