@@ -255,6 +255,8 @@ impl SqliteStore {
         }
         let mut connection = Connection::open(&path).map_err(|e| fail(e.to_string()))?;
         connection.set_prepared_statement_cache_capacity(64);
+        // What a change removes is overwritten, not left in free space: a login's session waits
+        // in `pending_resume` until its run takes it, and must not stay in the file after.
         // The writer's page cache is kept small (2 MiB): when a B-tree page splits, SQLite
         // renumbers pages through the pending-byte page, and the commit that follows scans the
         // cache's whole hash table. With 16 MiB that scan was about 6 % of the writer's time;
@@ -263,7 +265,8 @@ impl SqliteStore {
             .execute_batch(
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
                  PRAGMA busy_timeout = 10000; PRAGMA cache_size = -2048; \
-                 PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864;",
+                 PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864; \
+                 PRAGMA secure_delete = ON;",
             )
             .map_err(|e| fail(e.to_string()))?;
         let version: usize = connection

@@ -691,3 +691,55 @@ fn a_parent_waiting_for_its_worker_hears_of_its_question_at_once() {
         ("worker", 1, "Which city?")
     );
 }
+
+#[test]
+fn a_login_session_does_not_stay_in_the_file_once_its_run_took_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.db");
+    let secret = "sid=the-session-nobody-may-find-later";
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        let mut waiting = job("j1");
+        store.create(&waiting).unwrap();
+        store.claim("j1", "r", 60_000).unwrap();
+        waiting.status = JobStatus::WaitingHuman;
+        let wait = Wait {
+            id: 1,
+            reason: Some(WaitReason::BrowserLogin),
+            request: WaitRequest::BrowserLogin {
+                url: "https://example.com/login".into(),
+                reason: "401".into(),
+            },
+            resume: ResumePoint::ParkedCall {
+                call: CallRequest::new("BrowseWeb", serde_json::json!({})),
+                plugin: PinnedPlugin {
+                    name: "browse_web".into(),
+                    content_hash: "h".into(),
+                },
+            },
+        };
+        waiting.session = None; // no session check: only the file is under test
+        waiting.wait = Some(wait);
+        store.save(&waiting, &[], "r").unwrap();
+        store
+            .answer("j1", &Resume::LoggedIn(secret.into()).into(), Some(1))
+            .unwrap();
+        let claimed = store.claim("j1", "r", 60_000).unwrap().unwrap();
+        assert_eq!(claimed.resume, Some(Resume::LoggedIn(secret.into()).into()));
+        let mut done = claimed.state;
+        done.status = JobStatus::Completed;
+        done.wait = None;
+        store.save(&done, &[], "r").unwrap();
+    }
+    // The store is closed: its log was checkpointed into the file, which is all that is left.
+    let mut bytes = std::fs::read(&path).unwrap();
+    for sidecar in ["jobs.db-wal", "jobs.db-shm"] {
+        if let Ok(more) = std::fs::read(dir.path().join(sidecar)) {
+            bytes.extend(more);
+        }
+    }
+    let found = bytes
+        .windows(secret.len())
+        .any(|window| window == secret.as_bytes());
+    assert!(!found, "the session is still in the store's files");
+}
