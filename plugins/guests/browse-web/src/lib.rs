@@ -71,9 +71,11 @@ fn http_error(err: http::Error) -> ToolError {
 /// GETs `start`, following up to [`MAX_REDIRECTS`] redirects. Returns the
 /// URL that answered last with its response.
 ///
-/// `cookie` goes with every request to `start`'s host, redirects included,
-/// but never to another host: the session belongs to the site the human
-/// logged in to, and a redirect elsewhere must not leak it.
+/// `cookie` goes with every request to `start`'s origin (scheme, host and
+/// port), redirects included, but never elsewhere: the session belongs to the
+/// site the human logged in to, and a redirect to another host — or to the same
+/// host on another scheme or port, which may be another service — must not
+/// leak it.
 fn get_following_redirects(
     start: &Url,
     cookie: Option<&str>,
@@ -83,7 +85,7 @@ fn get_following_redirects(
     loop {
         let mut headers = vec![("user-agent", USER_AGENT), ("accept", ACCEPT)];
         if let Some(cookie) = cookie
-            && url.host_str() == start.host_str()
+            && same_origin(&url, start)
         {
             headers.push(("cookie", cookie));
         }
@@ -113,6 +115,14 @@ fn get_following_redirects(
         url = next;
         redirects += 1;
     }
+}
+
+/// Whether two URLs share scheme, host and port (a default port counts as
+/// written): where a site's session may go.
+fn same_origin(a: &Url, b: &Url) -> bool {
+    a.scheme() == b.scheme()
+        && a.host_str() == b.host_str()
+        && a.port_or_known_default() == b.port_or_known_default()
 }
 
 /// How to read a body, from its declared type or, lacking one, a look at it.
@@ -268,5 +278,22 @@ mod tests {
         assert!(!truncate_chars(&mut text, 11));
         assert!(truncate_chars(&mut text, 2));
         assert_eq!(text, "hé");
+    }
+
+    #[test]
+    fn the_session_goes_only_to_the_origin_it_belongs_to() {
+        let url = |text: &str| Url::parse(text).unwrap();
+        let start = url("https://example.com/report");
+        assert!(same_origin(
+            &url("https://example.com/login?next=1"),
+            &start
+        ));
+        assert!(same_origin(&url("https://example.com:443/"), &start));
+        assert!(!same_origin(&url("http://example.com/report"), &start));
+        assert!(!same_origin(
+            &url("https://example.com:8443/report"),
+            &start
+        ));
+        assert!(!same_origin(&url("https://api.example.com/report"), &start));
     }
 }
