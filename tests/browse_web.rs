@@ -191,3 +191,30 @@ async fn requests_outside_the_allowlist_never_leave_the_host() {
     assert_eq!(page["status"], 200);
     assert_eq!(site.hits(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hosts_own_server_is_out_of_reach_whatever_the_allowlist() {
+    let site = Site::start().await;
+    // A runtime of its own: the address it forbids is this test's alone.
+    let runtime = maestro::plugin::Runtime::new(maestro::plugin::RuntimeConfig {
+        cache_dir: Some(maestro_e2e::cache_dir()),
+        ..Default::default()
+    })
+    .unwrap();
+    let policy = Policy::parse(&allowing(&site), "test-policy.toml").unwrap();
+    let plugin = runtime
+        .load_file(
+            std::path::Path::new(artifacts::BROWSE_WEB),
+            policy.for_plugin("browse_web"),
+        )
+        .await
+        .unwrap();
+    assert!(browse(&plugin, &site.url("/public")).await.is_ok());
+    // Once the site is where this host serves its API, no plugin reaches it.
+    runtime.forbid_destination(site.authority().parse().unwrap());
+    let hits = site.hits();
+    let refused = browse(&plugin, &site.url("/public")).await;
+    let message = assert_tool_error(refused, "");
+    assert!(message.to_lowercase().contains("prohibited"), "{message}");
+    assert_eq!(site.hits(), hits, "the request never left the host");
+}

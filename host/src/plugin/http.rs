@@ -3,13 +3,14 @@
 //! Invariant: every request a guest sends passes `HttpGate::send_request`,
 //! which checks the authority against the allowlist, resolves the name, and
 //! refuses addresses outside the public internet unless the pattern was an
-//! IP literal or the policy sets `http_allow_private`. Plain-HTTP requests
-//! are then sent to the very address that was checked (no second lookup);
-//! HTTPS requests connect by name so that TLS verifies it.
+//! IP literal or the policy sets `http_allow_private`, and the addresses of
+//! the server the host runs, always. The request then goes to the very
+//! addresses that were checked, each in turn, with no second lookup; over
+//! HTTPS, TLS verifies the name the guest asked for (`http_send.rs`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -178,10 +179,37 @@ fn is_public(ip: IpAddr) -> bool {
     }
 }
 
+/// Addresses no plugin may reach whatever its policy: the server this host runs (its API
+/// would let a tool answer its own job's waits). Shared by every call of a runtime.
+#[derive(Debug, Default)]
+pub struct OwnAddresses(RwLock<Vec<SocketAddr>>);
+
+impl OwnAddresses {
+    pub fn add(&self, addr: SocketAddr) {
+        self.0.write().unwrap_or_else(|e| e.into_inner()).push(addr);
+    }
+
+    /// Whether `target` reaches one of them: the address itself, or any local address on its
+    /// port when it listens on all of them.
+    pub fn covers(&self, target: &SocketAddr) -> bool {
+        let own = self.0.read().unwrap_or_else(|e| e.into_inner());
+        own.iter().any(|addr| {
+            addr == target
+                || (addr.port() == target.port()
+                    && addr.ip().is_unspecified()
+                    && (target.ip().is_loopback() || target.ip().is_unspecified()))
+                || (addr.port() == target.port()
+                    && addr.ip().is_loopback()
+                    && target.ip().is_unspecified())
+        })
+    }
+}
+
 /// The `wasi:http` hooks of one call.
 pub struct HttpGate {
     pub policy: Arc<HttpPolicy>,
     pub plugin: Arc<str>,
+    pub own: Arc<OwnAddresses>,
 }
 
 type ResponseFuture = Box<
@@ -203,12 +231,13 @@ impl WasiHttpHooks for HttpGate {
 
     fn send_request(
         &mut self,
-        mut request: http::Request<WasiBody>,
+        request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
         _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> ResponseFuture {
         let policy = self.policy.clone();
         let plugin = self.plugin.clone();
+        let own = self.own.clone();
         Box::new(async move {
             let uri = request.uri().clone();
             let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
@@ -236,27 +265,23 @@ impl WasiHttpHooks for HttpGate {
                 .copied()
                 .filter(|addr| literal || policy.allow_private || is_public(addr.ip()))
                 .collect::<Vec<_>>();
-            let Some(target) = permitted.first().copied() else {
+            if permitted.is_empty() {
                 tracing::warn!(plugin = %plugin, %host, ?addrs, "HTTP request denied: name resolves to a non-public address");
                 return Err(HttpError::DestinationIpProhibited);
-            };
-            if !https {
-                let mut parts = uri.into_parts();
-                parts.authority = Some(
-                    target
-                        .to_string()
-                        .parse()
-                        .map_err(|_| HttpError::HttpRequestUriInvalid)?,
-                );
-                *request.uri_mut() =
-                    http::Uri::from_parts(parts).map_err(|_| HttpError::HttpRequestUriInvalid)?;
             }
-            tracing::debug!(plugin = %plugin, %host, %target, "HTTP request allowed");
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            Ok((
-                response.map(http_body_util::BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-            ))
+            let (own_server, permitted): (Vec<SocketAddr>, Vec<SocketAddr>) =
+                permitted.into_iter().partition(|addr| own.covers(addr));
+            if permitted.is_empty() {
+                tracing::warn!(plugin = %plugin, %host, ?own_server, "HTTP request denied: that is this host's own server");
+                return Err(HttpError::DestinationIpProhibited);
+            }
+            tracing::debug!(plugin = %plugin, %host, ?permitted, "HTTP request allowed");
+            let destination = super::http_send::Destination {
+                addrs: permitted,
+                host,
+                https,
+            };
+            super::http_send::send(request, &destination, options, &super::http_send::WEB_TLS).await
         })
     }
 }
@@ -264,6 +289,24 @@ impl WasiHttpHooks for HttpGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hosts_own_server_is_never_a_destination() {
+        let own = OwnAddresses::default();
+        own.add("127.0.0.1:7070".parse().unwrap());
+        own.add("0.0.0.0:8080".parse().unwrap());
+        for reached in [
+            "127.0.0.1:7070",
+            "0.0.0.0:7070",
+            "127.0.0.1:8080",
+            "[::1]:8080",
+        ] {
+            assert!(own.covers(&reached.parse().unwrap()), "{reached}");
+        }
+        for elsewhere in ["127.0.0.1:7071", "10.0.0.1:7070", "93.184.216.34:80"] {
+            assert!(!own.covers(&elsewhere.parse().unwrap()), "{elsewhere}");
+        }
+    }
 
     fn pattern(text: &str) -> HostPattern {
         text.parse().unwrap()

@@ -311,8 +311,13 @@ impl Plugin {
             policy.max_log_bytes,
             policy.max_output_bytes,
         );
-        let state = CallState::new(&self.policy, &self.name, capabilities)
-            .map_err(|err| CallError::Host(format!("cannot build the sandbox: {err:#}")))?;
+        let state = CallState::new(
+            &self.policy,
+            &self.name,
+            capabilities,
+            &self.runtime.inner.own_addresses,
+        )
+        .map_err(|err| CallError::Host(format!("cannot build the sandbox: {err:#}")))?;
         let mut store = Store::new(self.runtime.engine(), state);
         store.limiter(|state| &mut state.limits);
         if self.runtime.inner.fuel {

@@ -21,6 +21,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 use super::cache::CompiledCache;
 use super::capabilities::SubtaskSpawner;
 use super::error::LoadError;
+use super::http::OwnAddresses;
 use super::loaded::Plugin;
 use super::policy::{MAX_MEMORY_MIB, PluginPolicy};
 use super::sandbox::CallState;
@@ -84,6 +85,8 @@ pub(super) struct RuntimeInner {
     pub ticker: EpochTicker,
     pub fuel: bool,
     pub spawner: Mutex<Option<Arc<dyn SubtaskSpawner>>>,
+    /// The server this host runs, which no plugin may reach over HTTP.
+    pub own_addresses: Arc<OwnAddresses>,
 }
 
 impl Runtime {
@@ -110,6 +113,7 @@ impl Runtime {
                 ticker,
                 fuel: config.fuel,
                 spawner: Mutex::new(None),
+                own_addresses: Arc::new(OwnAddresses::default()),
             }),
         })
     }
@@ -121,6 +125,12 @@ impl Runtime {
     /// Where compiled components are cached, if anywhere.
     pub fn cache_dir(&self) -> Option<&Path> {
         self.inner.cache.as_ref().map(CompiledCache::dir)
+    }
+
+    /// Keeps every plugin's HTTP away from `addr`, where this host serves its API: a plugin
+    /// allowed `127.0.0.1` must not answer its own job's waits through it.
+    pub fn forbid_destination(&self, addr: std::net::SocketAddr) {
+        self.inner.own_addresses.add(addr);
     }
 
     /// Lets `host.spawn-subtask` start jobs (for plugins whose policy grants it).

@@ -23,7 +23,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::capabilities::Capabilities;
 use super::error::Limit;
-use super::http::{HttpGate, HttpPolicy};
+use super::http::{HttpGate, HttpPolicy, OwnAddresses};
 use super::policy::PluginPolicy;
 
 /// Host memory one live resource (an HTTP header block, a buffered outgoing
@@ -96,6 +96,7 @@ impl CallState {
         compiled: &CompiledPolicy,
         plugin: &Arc<str>,
         capabilities: Capabilities,
+        own: &Arc<OwnAddresses>,
     ) -> wasmtime::Result<Self> {
         let policy = &compiled.policy;
         let console = Console::new(policy.max_log_bytes);
@@ -127,6 +128,7 @@ impl CallState {
             gate: HttpGate {
                 policy: compiled.http.clone(),
                 plugin: plugin.clone(),
+                own: own.clone(),
             },
             table,
             limits: CallLimits {

@@ -73,6 +73,7 @@ pub async fn start(
     let addr = listener
         .local_addr()
         .map_err(|error| format!("cannot read the listening address: {error}"))?;
+    plugins.runtime().forbid_destination(addr);
     // Responses and event streams are small writes: with Nagle's algorithm, one written while
     // the previous is unacknowledged waits for the client's delayed ACK (40 ms on Linux).
     let listener = listener.tap_io(|connection| {

@@ -120,6 +120,11 @@ impl PluginHost {
         }
     }
 
+    /// The runtime its plugins run in.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
     /// The catalog the engine must run on.
     pub fn slot(&self) -> &Arc<CatalogSlot> {
         &self.slot
