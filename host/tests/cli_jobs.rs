@@ -210,6 +210,52 @@ fn cancel_ends_a_parked_job() {
 }
 
 #[test]
+fn prune_deletes_ended_jobs_older_than_asked_and_keeps_waiting_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("jobs.db");
+    let flags = chat_flags();
+    for _ in 0..2 {
+        let run = maestro(&store, &with(&["run", "chat", "-i", "hi"], &flags));
+        assert!(run.status.success(), "{}", text(&run));
+    }
+    let ended = jobs(&store, "waiting_human")[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        maestro(&store, &["jobs", "cancel", &ended])
+            .status
+            .success()
+    );
+
+    let bad = maestro(&store, &["jobs", "prune", "--older-than", "30 fortnights"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad).contains("`30 fortnights` is not an age"),
+        "{}",
+        text(&bad)
+    );
+    let recent = maestro(&store, &["jobs", "prune", "--older-than", "1h"]);
+    assert!(
+        text(&recent).contains("deleted 0 jobs"),
+        "{}",
+        text(&recent)
+    );
+    assert_eq!(jobs(&store, "cancelled").len(), 1);
+
+    let all = maestro(&store, &["jobs", "prune", "--older-than", "0s"]);
+    assert!(text(&all).contains("deleted 1 job that"), "{}", text(&all));
+    assert!(jobs(&store, "cancelled").is_empty());
+    assert_eq!(
+        jobs(&store, "waiting_human").len(),
+        1,
+        "a waiting job stays"
+    );
+    let gone = maestro(&store, &["jobs", "show", &ended]);
+    assert!(text(&gone).contains("no job"), "{}", text(&gone));
+}
+
+#[test]
 fn setup_mistakes_are_usage_errors_that_say_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("jobs.db");

@@ -387,3 +387,68 @@ fn an_open_server_is_refused_off_loopback() {
     assert!(stderr.contains("server.tokens"), "{stderr}");
     assert!(stderr.contains("maestro.toml"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retention_deletes_jobs_that_ended_long_enough_ago_and_keeps_waiting_ones() {
+    let folder = ServerFolder::new(
+        &[approval_piece()],
+        APPROVAL_SCRIPT,
+        &[maestro_plugins::COMPLETE, maestro_plugins::REQUEST_TOOL],
+        false,
+    );
+    let config = folder.path("maestro.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}retain_finished = \"soon\"\n")).unwrap();
+    let refused = folder.command(&[]).output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("maestro.toml: server.retain_finished: `soon` is not an age"),
+        "{said}"
+    );
+
+    std::fs::write(&config, format!("{text}retain_finished = \"1s\"\n")).unwrap();
+    let server = TestServer::start(folder);
+    let ended = server.start_job("approval", "Rotate it").await;
+    let waiting = server.start_job("approval", "Rotate that").await;
+    let mut parked = Vec::new();
+    for id in [&ended, &waiting] {
+        parked.push(
+            server
+                .wait_for(id, "waiting", |job| job["status"] == "waiting_human")
+                .await,
+        );
+    }
+    let (status, body) = server
+        .post(
+            &format!("/v1/jobs/{ended}/approve"),
+            json!({ "wait": parked[0]["wait"]["id"] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    server
+        .wait_for(&ended, "ended", serve_support::has_ended)
+        .await;
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, _) = server
+            .call(Method::GET, &format!("/v1/jobs/{ended}"), None)
+            .await;
+        if status == 404 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ended job was never deleted\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, _) = server
+        .call(Method::GET, &format!("/v1/jobs/{ended}/events"), None)
+        .await;
+    assert_eq!(status, 404, "its events went with it");
+    let kept = server.get(&format!("/v1/jobs/{waiting}")).await;
+    assert_eq!(kept["status"], "waiting_human");
+}

@@ -147,6 +147,15 @@ pub enum JobsCommand {
         #[command(flatten)]
         store: StoreOption,
     },
+    /// Delete jobs that ended long ago, with their events: whole trees (a job and its
+    /// subtasks), once every job of the tree has ended.
+    Prune {
+        /// How long ago a tree's top-level job must have ended, e.g. `30d`, `12h`, `90m`.
+        #[arg(long, value_name = "AGE", value_parser = parse_age)]
+        older_than: std::time::Duration,
+        #[command(flatten)]
+        store: StoreOption,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -203,9 +212,16 @@ impl JobsCommand {
             JobsCommand::List { .. }
             | JobsCommand::Show { .. }
             | JobsCommand::Cancel { .. }
+            | JobsCommand::Prune { .. }
             | JobsCommand::Artifacts { .. } => None,
         }
     }
+}
+
+/// An age such as `30d` or `1h 30m`.
+pub fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|error| format!("`{text}` is not an age ({error}); e.g. `30d`, `12h`, `90m`"))
 }
 
 fn parse_status(text: &str) -> Result<JobStatus, String> {
@@ -261,6 +277,17 @@ pub async fn execute(
                      are cancelled)"
                 ),
             }
+            Ok(())
+        }
+        JobsCommand::Prune { older_than, store } => {
+            let store = store_only(store)?.open_store()?;
+            let deleted = crate::store::prune_finished(store.as_ref(), *older_than)
+                .map_err(Failure::usage)?;
+            println!(
+                "deleted {deleted} {} that ended more than {} ago, with their events",
+                if deleted == 1 { "job" } else { "jobs" },
+                humantime::format_duration(*older_than)
+            );
             Ok(())
         }
         JobsCommand::Answer { id, text, resume } => {

@@ -100,6 +100,13 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
             at("max_upload_mib")
         )));
     }
+    let retain_finished =
+        match &server.retain_finished {
+            Some(text) => Some(super::jobs::parse_age(text).map_err(|message| {
+                Failure::usage(format!("{}: {message}", at("retain_finished")))
+            })?),
+            None => None,
+        };
     let Some(plugin_dir) = setup.plugins.clone() else {
         return Err(Failure::usage(
             "no plugin folder: give --plugins, MAESTRO_PLUGIN_DIR, or `plugins` in --config",
@@ -148,6 +155,7 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
         },
         debounce: Duration::from_millis(server.watch_debounce_ms.unwrap_or(10)),
         max_upload_bytes: max_upload_mib << 20,
+        retain_finished,
     };
     let open = settings.auth.is_open();
     let running = crate::serve::start(

@@ -90,6 +90,8 @@ pub struct ServerSection {
     pub wait_expiry_ms: Option<u64>,
     pub watch_debounce_ms: Option<u64>,
     pub max_upload_mib: Option<usize>,
+    /// Delete job trees that ended longer ago than this (`30d`, `12h`) [default: keep all].
+    pub retain_finished: Option<String>,
     /// Where every plugin version that ever served is kept by content hash
     /// [default: `plugin-versions` beside the store file].
     pub archive: Option<PathBuf>,
@@ -105,6 +107,7 @@ impl std::fmt::Debug for ServerSection {
             .field("wait_expiry_ms", &self.wait_expiry_ms)
             .field("watch_debounce_ms", &self.watch_debounce_ms)
             .field("max_upload_mib", &self.max_upload_mib)
+            .field("retain_finished", &self.retain_finished)
             .field("archive", &self.archive)
             .finish()
     }

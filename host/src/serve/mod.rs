@@ -42,7 +42,13 @@ pub struct ServeSettings {
     /// How long the plugin folder must be quiet before a change is loaded.
     pub debounce: Duration,
     pub max_upload_bytes: usize,
+    /// Job trees that ended longer ago than this are deleted, checked at start and then every
+    /// [`RETENTION_EVERY`] (or every `retain_finished`, if shorter).
+    pub retain_finished: Option<Duration>,
 }
+
+/// How often retention looks for old trees at most.
+pub const RETENTION_EVERY: Duration = Duration::from_secs(600);
 
 /// A server that listens; [`RunningServer::stop`] ends it.
 pub struct RunningServer {
@@ -51,6 +57,7 @@ pub struct RunningServer {
     shutdown: Arc<Notify>,
     http: tokio::task::JoinHandle<()>,
     worker: tokio::task::JoinHandle<WorkerStats>,
+    retention: Option<tokio::task::JoinHandle<()>>,
     _watch: FolderWatch,
 }
 
@@ -92,6 +99,10 @@ pub async fn start(
         tokio::spawn(async move { worker.run(stop, false).await })
     };
 
+    let retention = settings
+        .retain_finished
+        .map(|age| tokio::spawn(retain(store.clone(), age)));
+
     let state = Arc::new(AppState {
         store,
         engine,
@@ -121,8 +132,30 @@ pub async fn start(
         shutdown,
         http,
         worker,
+        retention,
         _watch: watch,
     })
+}
+
+/// Deletes the trees that ended more than `age` ago, now and then periodically, until aborted.
+async fn retain(store: Arc<dyn JobStore>, age: Duration) {
+    let every = age.min(RETENTION_EVERY);
+    loop {
+        let pruning = store.clone();
+        match tokio::task::spawn_blocking(move || {
+            crate::store::prune_finished(pruning.as_ref(), age)
+        })
+        .await
+        {
+            Ok(Ok(0)) => {}
+            Ok(Ok(deleted)) => {
+                tracing::info!(deleted, "retention deleted jobs that ended long ago")
+            }
+            Ok(Err(error)) => tracing::warn!("retention failed: {error}"),
+            Err(error) => tracing::warn!("retention failed: {error}"),
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 impl RunningServer {
@@ -131,6 +164,9 @@ impl RunningServer {
     pub async fn stop(self, grace: Duration) -> WorkerStats {
         self.stop.cancel();
         self.shutdown.notify_one();
+        if let Some(retention) = self.retention {
+            retention.abort();
+        }
         let mut http = self.http;
         if tokio::time::timeout(grace, &mut http).await.is_err() {
             http.abort();

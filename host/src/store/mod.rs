@@ -6,7 +6,8 @@
 //! [`JobState`], written together with the events of the run in one transaction, so a job is
 //! never seen half-saved. An answer is recorded only while the job waits and nobody has answered
 //! yet: a second answer is refused with [`StoreError::NotWaiting`], never applied twice.
-//! Events get consecutive sequence numbers per job, starting at 1, and are never changed.
+//! Events get consecutive sequence numbers per job, starting at 1, and are never changed; they go
+//! only with their job, when retention deletes a tree of jobs that have all ended.
 
 mod sqlite;
 
@@ -183,6 +184,31 @@ pub trait JobStore: Send + Sync {
 
     /// The events of a job with a sequence number greater than `after`, oldest first.
     fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError>;
+
+    /// Deletes, with their events, up to `limit` job trees that ended before `before_ms` (Unix
+    /// ms): top-level jobs that ended then, with every descendant ended too. A tree with any job
+    /// still unfinished stays whole. Returns how many jobs were deleted.
+    fn prune(&self, before_ms: i64, limit: usize) -> Result<usize, StoreError>;
+}
+
+/// Jobs pruned per write: retention of a large backlog lets other writes in between.
+const PRUNE_BATCH: usize = 500;
+
+/// Deletes every job tree that ended more than `age` ago (see [`JobStore::prune`]), a batch at a
+/// time; returns how many jobs went.
+pub fn prune_finished(store: &dyn JobStore, age: std::time::Duration) -> Result<usize, StoreError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let before = now.saturating_sub(age).as_millis() as i64;
+    let mut total = 0;
+    loop {
+        let deleted = store.prune(before, PRUNE_BATCH)?;
+        total += deleted;
+        if deleted == 0 {
+            return Ok(total);
+        }
+    }
 }
 
 /// A fresh job id: time-ordered, so ids sort by creation.

@@ -1030,6 +1030,10 @@ impl JobStore for SqliteStore {
             .ok_or_else(|| StoreError::NotFound(id.to_owned()))
     }
 
+    fn prune(&self, before_ms: i64, limit: usize) -> Result<usize, StoreError> {
+        self.write(move |db, tx| db.prune_trees(tx, before_ms, limit))
+    }
+
     fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
         let connection = self.read();
         let mut query = connection

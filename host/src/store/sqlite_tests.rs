@@ -743,3 +743,45 @@ fn a_login_session_does_not_stay_in_the_file_once_its_run_took_it() {
         .any(|window| window == secret.as_bytes());
     assert!(!found, "the session is still in the store's files");
 }
+
+/// `id` (created with `parent`) run to `Completed`, with one event.
+fn completed(store: &SqliteStore, id: &str, parent: Option<&str>) {
+    let mut state = job(id);
+    state.parent = parent.map(Into::into);
+    store.create(&state).unwrap();
+    store.claim(id, "r", 60_000).unwrap().unwrap();
+    state.status = JobStatus::Completed;
+    store
+        .save(&state, &[finished(JobStatus::Completed)], "r")
+        .unwrap();
+}
+
+#[test]
+fn prune_deletes_whole_finished_trees_that_ended_before_the_cutoff_and_nothing_else() {
+    let (_dir, store) = store();
+    // The oldest finished job has a child that still waits: its tree is not over.
+    completed(&store, "busy", None);
+    waiting_worker(&store, "busy", "busy-child");
+    completed(&store, "done", None);
+    completed(&store, "done-child", Some("done"));
+    completed(&store, "done-too", None);
+    store.create(&job("waiting")).unwrap();
+    store.claim("waiting", "r", 60_000).unwrap();
+    store.save(&parked(job("waiting")), &[], "r").unwrap();
+
+    assert_eq!(store.prune(0, 100).unwrap(), 0, "nothing ended before 1970");
+    assert_eq!(
+        store.prune(i64::MAX, 1).unwrap(),
+        2,
+        "one tree: the oldest over, whole"
+    );
+    assert!(matches!(
+        store.load("done-child"),
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(store.events("done", 0).unwrap().is_empty());
+    assert!(store.load("done-too").is_ok(), "the limit held");
+    assert_eq!(store.prune(i64::MAX, 100).unwrap(), 1);
+    assert_eq!(job_ids(&store), vec!["busy", "busy-child", "waiting"]);
+    assert!(!store.events("busy", 0).unwrap().is_empty());
+}

@@ -1,7 +1,8 @@
 //! Parent and child jobs in the SQLite store: a parent waiting for its subtasks becomes runnable
 //! when the last of them ends; a parent waiting for its worker becomes runnable when the worker
 //! asks a question, hands in a draft or ends, with that news; and a cancel reaches every
-//! descendant and wins over a park that the run it was asked for saves afterwards.
+//! descendant and wins over a park that the run it was asked for saves afterwards. Retention
+//! deletes whole trees only, once every job of one has ended.
 //!
 //! Invariant: these run inside the transaction of the change that caused them (a save, a
 //! cancel), so a child's end and its parent's release are one atomic step: no child end is
@@ -200,6 +201,76 @@ impl Db {
         let row = JobRow::of(&state).map_err(|e| self.db_error(e))?;
         let finished = EventBatch::of(&[finished]).map_err(|e| self.db_error(e))?;
         Ok(Some((row, finished)))
+    }
+
+    /// Deletes up to `limit` trees whose top-level job ended before `before` and whose every
+    /// descendant ended too, oldest first; how many jobs went. Trees still busy are passed over,
+    /// so a batch that deletes nothing means nothing is left to delete.
+    pub(super) fn prune_trees(
+        &self,
+        tx: &rusqlite::Connection,
+        before: i64,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        let mut query = tx
+            .prepare_cached(
+                "SELECT id, updated_at_ms FROM jobs WHERE parent IS NULL \
+                 AND status IN ('completed', 'aborted', 'cancelled', 'error') \
+                 AND updated_at_ms < ?1 AND (updated_at_ms, id) > (?2, ?3) \
+                 ORDER BY updated_at_ms, id LIMIT ?4",
+            )
+            .map_err(|e| self.db_error(e))?;
+        let (mut after_ms, mut after_id) = (i64::MIN, String::new());
+        let (mut trees, mut deleted) = (0, 0);
+        while trees < limit {
+            let roots = query
+                .query_map(
+                    rusqlite::params![before, after_ms, after_id, (limit - trees) as i64],
+                    |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)),
+                )
+                .map_err(|e| self.db_error(e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.db_error(e))?;
+            let Some((last_id, last_ms)) = roots.last().cloned() else {
+                break;
+            };
+            (after_ms, after_id) = (last_ms, last_id);
+            for (root, _) in roots {
+                let tree = self.tree_of(tx, root)?;
+                if self.all_final(tx, &tree[1..])? {
+                    for id in &tree {
+                        tx.exec_cached("DELETE FROM event_batches WHERE job_id = ?1", [id])
+                            .map_err(|e| self.db_error(e))?;
+                        tx.exec_cached("DELETE FROM jobs WHERE id = ?1", [id])
+                            .map_err(|e| self.db_error(e))?;
+                    }
+                    trees += 1;
+                    deleted += tree.len();
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// `root` and all its descendants, `root` first.
+    fn tree_of(&self, tx: &rusqlite::Connection, root: String) -> Result<Vec<String>, StoreError> {
+        let mut tree = vec![root];
+        let mut next = 0;
+        while next < tree.len() {
+            let children = self.children_in(tx, &tree[next])?;
+            tree.extend(children);
+            next += 1;
+        }
+        Ok(tree)
+    }
+
+    fn all_final(&self, tx: &rusqlite::Connection, ids: &[String]) -> Result<bool, StoreError> {
+        for id in ids {
+            if !self.row_text(tx, id)?.0.is_final() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     fn children_in(
