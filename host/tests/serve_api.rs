@@ -452,3 +452,63 @@ async fn retention_deletes_jobs_that_ended_long_enough_ago_and_keeps_waiting_one
     let kept = server.get(&format!("/v1/jobs/{waiting}")).await;
     assert_eq!(kept["status"], "waiting_human");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn event_streams_past_the_cap_are_refused_until_one_ends() {
+    let folder = ServerFolder::new(
+        &[approval_piece()],
+        APPROVAL_SCRIPT,
+        &[maestro_plugins::COMPLETE, maestro_plugins::REQUEST_TOOL],
+        false,
+    );
+    let config = folder.path("maestro.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}max_event_streams = 1\n")).unwrap();
+    let server = TestServer::start(folder);
+    let id = server.start_job("approval", "Rotate it").await;
+    let job = server
+        .wait_for(&id, "waiting", |job| job["status"] == "waiting_human")
+        .await;
+
+    let held = server
+        .request(Method::GET, &format!("/v1/jobs/{id}/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    for path in ["/v1/events".to_owned(), format!("/v1/jobs/{id}/events")] {
+        let (status, body) = server.call(Method::GET, &path, None).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (503, Some("too_many_streams")),
+            "{path}: {body}"
+        );
+    }
+
+    // The held stream ends with its job, and its place is free again.
+    let (status, body) = server
+        .post(
+            &format!("/v1/jobs/{id}/approve"),
+            json!({ "wait": job["wait"]["id"] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    read_events(held, |name, _| name == "end").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let response = server
+            .request(Method::GET, "/v1/events")
+            .send()
+            .await
+            .unwrap();
+        if response.status() == 200 {
+            break;
+        }
+        assert_eq!(response.status(), 503);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the place never came free"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

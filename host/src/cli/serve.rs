@@ -100,13 +100,19 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
             at("max_upload_mib")
         )));
     }
-    let retain_finished =
-        match &server.retain_finished {
-            Some(text) => Some(super::jobs::parse_age(text).map_err(|message| {
-                Failure::usage(format!("{}: {message}", at("retain_finished")))
-            })?),
-            None => None,
-        };
+    let max_event_streams = server.max_event_streams.unwrap_or(256);
+    if max_event_streams == 0 {
+        return Err(Failure::usage(format!(
+            "{}: must be at least 1",
+            at("max_event_streams")
+        )));
+    }
+    let retain_finished = server
+        .retain_finished
+        .as_deref()
+        .map(super::jobs::parse_age)
+        .transpose()
+        .map_err(|message| Failure::usage(format!("{}: {message}", at("retain_finished"))))?;
     let Some(plugin_dir) = setup.plugins.clone() else {
         return Err(Failure::usage(
             "no plugin folder: give --plugins, MAESTRO_PLUGIN_DIR, or `plugins` in --config",
@@ -156,6 +162,7 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
         debounce: Duration::from_millis(server.watch_debounce_ms.unwrap_or(10)),
         max_upload_bytes: max_upload_mib << 20,
         retain_finished,
+        max_event_streams,
     };
     let open = settings.auth.is_open();
     let running = crate::serve::start(

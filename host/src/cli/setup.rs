@@ -92,6 +92,8 @@ pub struct ServerSection {
     pub max_upload_mib: Option<usize>,
     /// Delete job trees that ended longer ago than this (`30d`, `12h`) [default: keep all].
     pub retain_finished: Option<String>,
+    /// Event streams open at once [default: 256].
+    pub max_event_streams: Option<usize>,
     /// Where every plugin version that ever served is kept by content hash
     /// [default: `plugin-versions` beside the store file].
     pub archive: Option<PathBuf>,
@@ -108,6 +110,7 @@ impl std::fmt::Debug for ServerSection {
             .field("watch_debounce_ms", &self.watch_debounce_ms)
             .field("max_upload_mib", &self.max_upload_mib)
             .field("retain_finished", &self.retain_finished)
+            .field("max_event_streams", &self.max_event_streams)
             .field("archive", &self.archive)
             .finish()
     }

@@ -10,7 +10,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use serde::Deserialize;
 
-use super::api::{ApiError, ApiResult, AppState, Body, Shared, job_view, raw_body};
+use super::api::{ApiError, ApiResult, AppState, Body, Shared, raw_body};
 use super::live::Notice;
 use crate::engine::{Answer, EngineAnswer, HumanVerdict, JobStatus};
 use crate::plugin::Resume;
@@ -201,7 +201,7 @@ pub(super) async fn cancel(
         .reason
         .unwrap_or_else(|| "cancelled through the API".to_owned());
     state.store.cancel_async(&id, &reason).await?;
-    let view = job_view(state.store.as_ref(), &id)?;
+    let view = state.view(&id).await?;
     state.publish_change(&id, view.state.status);
     Ok(axum::Json(view.summary))
 }
@@ -218,7 +218,7 @@ impl AppState {
     pub(super) async fn resume(&self, id: &str, answer: Answer, wait: Option<u32>) -> ApiResult {
         self.store.answer_async(id, &answer, wait).await?;
         self.publish_change(id, JobStatus::Pending);
-        Ok(axum::Json(job_view(self.store.as_ref(), id)?.summary))
+        Ok(axum::Json(self.view(id).await?.summary))
     }
 
     async fn review(

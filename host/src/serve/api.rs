@@ -45,6 +45,8 @@ pub struct AppState {
     pub auth: Auth,
     pub guard: Guard,
     pub max_upload_bytes: usize,
+    /// One permit per open event stream (`/v1/events`, a job's events).
+    pub streams: Arc<tokio::sync::Semaphore>,
 }
 
 pub(super) type Shared = State<Arc<AppState>>;
@@ -331,15 +333,20 @@ async fn list_jobs(
     if !(1..=500).contains(&limit) {
         return Err(ApiError::bad_request("limit: must be between 1 and 500"));
     }
-    let mut jobs = Vec::new();
-    for summary in state.store.list(status, limit)? {
-        match job_view(state.store.as_ref(), &summary.id) {
-            Ok(view) => jobs.push(view.summary),
-            // Ended and cleaned up between the list and the read.
-            Err(StoreError::NotFound(_)) => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
+    let jobs = state
+        .read(move |store| {
+            let mut jobs = Vec::new();
+            for summary in store.list(status, limit)? {
+                match job_view(store, &summary.id) {
+                    Ok(view) => jobs.push(view.summary),
+                    // Pruned between the list and the read.
+                    Err(StoreError::NotFound(_)) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(jobs)
+        })
+        .await?;
     Ok(axum::Json(json!({ "jobs": jobs })))
 }
 
@@ -369,12 +376,12 @@ async fn start_job(
     job.prefill = request.slots;
     state.store.create_async(&job).await?;
     state.publish_change(&job.id, JobStatus::Pending);
-    let view = job_view(state.store.as_ref(), &job.id)?;
+    let view = state.view(&job.id).await?;
     Ok((StatusCode::CREATED, axum::Json(view.detail())))
 }
 
 async fn show_job(State(state): Shared, Path(id): Path<String>) -> ApiResult {
-    Ok(axum::Json(job_view(state.store.as_ref(), &id)?.detail()))
+    Ok(axum::Json(state.view(&id).await?.detail()))
 }
 
 #[derive(Deserialize)]
@@ -402,45 +409,67 @@ async fn job_events(
                 })?,
         ),
     };
-    state.store.load(&id)?;
+    let job = id.clone();
+    state.read(move |store| store.summary(&job)).await?;
+    let permit = state.stream_permit()?;
     let after = last_event_id.or(query.after).unwrap_or(0);
     let stream = job_stream(state.store.clone(), &state.hub, id, after);
-    Ok(Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response())
+    Ok(sse(stream, permit))
 }
 
-async fn events(State(state): Shared) -> Response {
-    Sse::new(feed(&state.hub))
+async fn events(State(state): Shared) -> ApiResult<Response> {
+    let permit = state.stream_permit()?;
+    Ok(sse(feed(&state.hub), permit))
+}
+
+/// An event stream that holds `permit` until the client goes or the stream ends.
+fn sse(
+    stream: impl futures_util::Stream<
+        Item = Result<axum::response::sse::Event, std::convert::Infallible>,
+    > + Send
+    + 'static,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Response {
+    use futures_util::StreamExt as _;
+    let held = stream.map(move |event| {
+        let _held = &permit;
+        event
+    });
+    Sse::new(held)
         .keep_alive(KeepAlive::default())
         .into_response()
 }
 
 async fn inbox(State(state): Shared) -> ApiResult {
-    let mut jobs = Vec::new();
-    for summary in state.store.list(Some(JobStatus::WaitingHuman), 500)? {
-        match job_view(state.store.as_ref(), &summary.id) {
-            // A worker's questions and drafts are answered at its parent, which shows them.
-            Ok(view)
-                if view.state.reviewed_by_parent
-                    && view
-                        .state
-                        .wait
-                        .as_ref()
-                        .is_some_and(|wait| wait.request.surfaces_at_parent()) => {}
-            Ok(view) if view.state.wait.is_some() => jobs.push(view),
-            Ok(_) | Err(StoreError::NotFound(_)) => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
-    // Whoever has waited longest first.
-    jobs.sort_by_key(|view| view.updated_at_ms);
-    let jobs: Vec<Value> = jobs.into_iter().map(|view| view.summary).collect();
+    // Whoever has waited longest first: a backlog beyond the page leaves out the newest.
+    let jobs = state
+        .read(|store| {
+            let mut jobs = Vec::new();
+            for summary in store.longest_waiting(INBOX_JOBS)? {
+                match job_view(store, &summary.id) {
+                    // A worker's questions and drafts are answered at its parent, which
+                    // shows them.
+                    Ok(view)
+                        if view.state.reviewed_by_parent
+                            && view
+                                .state
+                                .wait
+                                .as_ref()
+                                .is_some_and(|wait| wait.request.surfaces_at_parent()) => {}
+                    Ok(view) if view.state.wait.is_some() => jobs.push(view.summary),
+                    Ok(_) | Err(StoreError::NotFound(_)) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(jobs)
+        })
+        .await?;
     Ok(axum::Json(json!({ "jobs": jobs })))
 }
 
 async fn artifacts(State(state): Shared, Path(id): Path<String>) -> ApiResult {
-    let (job, _) = state.store.load(&id)?;
+    let job = id.clone();
+    let (job, _) = state.read(move |store| store.load(&job)).await?;
     let artifacts: Vec<Value> = job
         .phase_session()
         .map(|session| session.artifacts().iter().map(artifact_view).collect())
@@ -448,10 +477,49 @@ async fn artifacts(State(state): Shared, Path(id): Path<String>) -> ApiResult {
     Ok(axum::Json(json!({ "job": id, "artifacts": artifacts })))
 }
 
+/// Waiting jobs the inbox shows at most.
+const INBOX_JOBS: usize = 500;
+
+impl AppState {
+    /// Runs store reads off the async threads: a job's state is parsed whole, and a list reads
+    /// many jobs.
+    pub(super) async fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> ApiResult<T> {
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || read(store.as_ref())).await {
+            Ok(result) => Ok(result?),
+            Err(error) => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "store_error",
+                format!("a store read failed: {error}"),
+            )),
+        }
+    }
+
+    /// A place for one more event stream, or `503 too_many_streams`.
+    fn stream_permit(&self) -> ApiResult<tokio::sync::OwnedSemaphorePermit> {
+        self.streams.clone().try_acquire_owned().map_err(|_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_streams",
+                "every event stream this server allows is open (server.max_event_streams); \
+                 close one or try again later",
+            )
+        })
+    }
+
+    /// [`job_view`] off the async threads.
+    pub(super) async fn view(&self, id: &str) -> ApiResult<JobView> {
+        let id = id.to_owned();
+        self.read(move |store| job_view(store, &id)).await
+    }
+}
+
 /// A job as the API shows it.
 pub(super) struct JobView {
     pub state: JobState,
-    updated_at_ms: i64,
     pub summary: Value,
 }
 
@@ -544,11 +612,7 @@ pub(super) fn job_view(store: &dyn JobStore, id: &str) -> Result<JobView, StoreE
             fields.insert("phase_error".into(), json!(error.to_string()));
         }
     }
-    Ok(JobView {
-        state,
-        updated_at_ms: row.updated_at_ms,
-        summary,
-    })
+    Ok(JobView { state, summary })
 }
 
 #[cfg(test)]

@@ -143,7 +143,7 @@ pub fn job_stream(
             if state.ended {
                 return None;
             }
-            state.read_store();
+            state.read_store().await;
             if state.ready.is_empty() && !state.ended {
                 state.wait_for_notice().await;
             }
@@ -152,23 +152,22 @@ pub fn job_stream(
 }
 
 impl JobStream {
-    fn read_store(&mut self) {
-        // The status is read first: a save writes the status and its events together, so
-        // when it is final here, every event is already there to read below. The summary has
-        // it without parsing the job's state.
-        let status = match self.store.summary(&self.job) {
-            Ok(summary) => summary.status,
-            Err(error) => {
-                self.fail(error.to_string());
-                return;
-            }
-        };
-        let events = match self.store.events(&self.job, self.after) {
-            Ok(events) => events,
-            Err(error) => {
-                self.fail(error.to_string());
-                return;
-            }
+    /// Reads off the async threads: a stream that reconnects from the start reads the
+    /// whole log.
+    async fn read_store(&mut self) {
+        let (store, job, after) = (self.store.clone(), self.job.clone(), self.after);
+        let read = tokio::task::spawn_blocking(move || {
+            // The status is read first: a save writes the status and its events together, so
+            // when it is final here, every event is already there to read below. The summary
+            // has it without parsing the job's state.
+            let status = store.summary(&job)?.status;
+            Ok::<_, crate::store::StoreError>((status, store.events(&job, after)?))
+        })
+        .await;
+        let (status, events) = match read {
+            Ok(Ok(read)) => read,
+            Ok(Err(error)) => return self.fail(error.to_string()),
+            Err(error) => return self.fail(format!("the store read failed: {error}")),
         };
         for stored in &events {
             self.after = stored.seq;

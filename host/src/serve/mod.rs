@@ -45,6 +45,8 @@ pub struct ServeSettings {
     /// Job trees that ended longer ago than this are deleted, checked at start and then every
     /// [`RETENTION_EVERY`] (or every `retain_finished`, if shorter).
     pub retain_finished: Option<Duration>,
+    /// Event streams open at once, over every client.
+    pub max_event_streams: usize,
 }
 
 /// How often retention looks for old trees at most.
@@ -112,6 +114,7 @@ pub async fn start(
         guard: Guard::new(addr, settings.auth.is_open()),
         auth: settings.auth,
         max_upload_bytes: settings.max_upload_bytes,
+        streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
     });
     let shutdown = Arc::new(Notify::new());
     let http = {

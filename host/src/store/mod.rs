@@ -179,6 +179,9 @@ pub trait JobStore: Send + Sync {
     /// Jobs, newest first, optionally only those with `status`.
     fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError>;
 
+    /// Jobs waiting for a human, the one that has waited longest first.
+    fn longest_waiting(&self, limit: usize) -> Result<Vec<JobSummary>, StoreError>;
+
     /// One job's row of [`JobStore::list`].
     fn summary(&self, id: &str) -> Result<JobSummary, StoreError>;
 

@@ -105,8 +105,11 @@ pub use tree::CancelOutcome;
 
 pub struct SqliteStore {
     db: Arc<Db>,
-    /// Reads only (`PRAGMA query_only`); every change goes through `writer`.
-    reader: Mutex<Connection>,
+    /// Reads only (`PRAGMA query_only`); every change goes through `writer`. Several, so one
+    /// long read (an inbox, a job list) does not queue every other reader behind it: WAL lets
+    /// them all read at once.
+    readers: Vec<Mutex<Connection>>,
+    next_reader: std::sync::atomic::AtomicUsize,
     writer: writer::Writer,
 }
 
@@ -234,6 +237,9 @@ impl ClaimedRow {
     }
 }
 
+/// Read connections per store.
+const READERS: usize = 4;
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -293,18 +299,25 @@ impl SqliteStore {
             side.execute_batch(pragmas)?;
             Ok::<_, rusqlite::Error>(side)
         };
-        let reader = side_connection(
-            "PRAGMA busy_timeout = 10000; PRAGMA cache_size = -16384; PRAGMA query_only = 1;",
-        )
-        .map_err(|e| fail(e.to_string()))?;
-        reader.set_prepared_statement_cache_capacity(64);
+        let readers = (0..READERS)
+            .map(|_| {
+                let reader = side_connection(
+                    "PRAGMA busy_timeout = 10000; PRAGMA cache_size = -4096; \
+                     PRAGMA query_only = 1;",
+                )?;
+                reader.set_prepared_statement_cache_capacity(64);
+                Ok(Mutex::new(reader))
+            })
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| fail(e.to_string()))?;
         let checkpoints =
             side_connection("PRAGMA busy_timeout = 10000;").map_err(|e| fail(e.to_string()))?;
         let db = Arc::new(Db { path: path.clone() });
         let writer = writer::Writer::start(db.clone(), connection, checkpoints).map_err(fail)?;
         Ok(Self {
             db,
-            reader: Mutex::new(reader),
+            readers,
+            next_reader: Default::default(),
             writer,
         })
     }
@@ -313,8 +326,21 @@ impl SqliteStore {
         &self.db.path
     }
 
+    /// A free reader if there is one, else the next in turn.
     fn read(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.reader.lock().unwrap_or_else(|e| e.into_inner())
+        let first = self
+            .next_reader
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for offset in 0..self.readers.len() {
+            match self.readers[(first + offset) % self.readers.len()].try_lock() {
+                Ok(guard) => return guard,
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+        }
+        self.readers[first % self.readers.len()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether some job is pending or running under an expired lease. Idle runners ask often
@@ -1021,6 +1047,13 @@ impl JobStore for SqliteStore {
         self.summaries(
             "WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at_ms DESC, id DESC LIMIT ?2",
             params![status.map(JobStatus::as_str), limit as i64],
+        )
+    }
+
+    fn longest_waiting(&self, limit: usize) -> Result<Vec<JobSummary>, StoreError> {
+        self.summaries(
+            "WHERE status = 'waiting_human' ORDER BY updated_at_ms, id LIMIT ?1",
+            params![limit as i64],
         )
     }
 

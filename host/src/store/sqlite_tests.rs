@@ -785,3 +785,22 @@ fn prune_deletes_whole_finished_trees_that_ended_before_the_cutoff_and_nothing_e
     assert_eq!(job_ids(&store), vec!["busy", "busy-child", "waiting"]);
     assert!(!store.events("busy", 0).unwrap().is_empty());
 }
+
+#[test]
+fn longest_waiting_is_by_when_the_wait_began_not_when_the_job_was_made() {
+    let (_dir, store) = store();
+    for id in ["j1", "j2", "j3"] {
+        store.create(&job(id)).unwrap();
+    }
+    for id in ["j2", "j3", "j1"] {
+        store.claim(id, "r", 60_000).unwrap().unwrap();
+        store.save(&parked(job(id)), &[], "r").unwrap();
+        // Distinct timestamps, so the order is not left to the ids.
+        std::thread::sleep(std::time::Duration::from_millis(3));
+    }
+    let ids = |jobs: Vec<crate::store::JobSummary>| -> Vec<String> {
+        jobs.into_iter().map(|job| job.id).collect()
+    };
+    assert_eq!(ids(store.longest_waiting(1).unwrap()), ["j2"]);
+    assert_eq!(ids(store.longest_waiting(10).unwrap()), ["j2", "j3", "j1"]);
+}
