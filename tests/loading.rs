@@ -94,6 +94,38 @@ async fn garbage_and_missing_files_are_refused() {
 }
 
 #[tokio::test]
+async fn a_component_too_costly_to_compile_is_refused_before_the_compiler_sees_it() {
+    // One loop over 5,000 locals and 120,000 operators, all kept live: about 80 s of Cranelift
+    // on this machine, were it compiled.
+    let mut body = String::new();
+    for step in 0..30_000u32 {
+        let (a, b, c) = (
+            step * 7 % 5_000,
+            (step * 13 + 1) % 5_000,
+            (step * 31 + 3) % 5_000,
+        );
+        body.push_str(&format!(
+            "local.get {a} local.get {b} i32.add local.set {c}\n"
+        ));
+    }
+    let locals = "i32 ".repeat(5_000);
+    let text = format!(
+        "(component (core module (func (export \"f\") (local {locals}) \
+         (loop {body} local.get 0 br_if 0))))"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("costly.wasm");
+    std::fs::write(&path, wat::parse_str(text).unwrap()).unwrap();
+    let err = load_error(path.to_str().unwrap()).await;
+    assert_eq!(err.code(), "too-complex", "{err}");
+    assert!(
+        err.to_string()
+            .contains("function 0 of core module 1 (5000 locals, 120005 operators)"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn compiled_components_come_back_from_the_cache() {
     let cache = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(RuntimeConfig {

@@ -69,14 +69,14 @@ impl CompiledCache {
             .join(format!("{content_hash}-{}.cwasm", self.engine_key))
     }
 
-    /// The compiled component, from the cache or freshly compiled (and then
+    /// The compiled component, from the cache or from `compile` (and then
     /// stored; a failure to store is logged, not fatal).
-    pub fn get_or_compile(
+    pub fn get_or_compile<E>(
         &self,
         engine: &Engine,
-        bytes: &[u8],
         content_hash: &str,
-    ) -> wasmtime::Result<(Component, CompiledFrom)> {
+        compile: impl FnOnce() -> Result<Component, E>,
+    ) -> Result<(Component, CompiledFrom), E> {
         let path = self.entry(content_hash);
         let trusted = match std::fs::metadata(&path) {
             Ok(meta) if meta.is_file() => match untrusted(&meta) {
@@ -100,7 +100,7 @@ impl CompiledCache {
                 }
             }
         }
-        let component = Component::new(engine, bytes)?;
+        let component = compile()?;
         if let Err(err) = self.store(&path, &component) {
             tracing::warn!(path = %path.display(), "cannot write compiled cache entry: {err:#}");
         }
@@ -202,7 +202,7 @@ mod tests {
         let hash = content_hash(EMPTY_COMPONENT);
         let from = |cache: &CompiledCache| {
             cache
-                .get_or_compile(&engine, EMPTY_COMPONENT, &hash)
+                .get_or_compile(&engine, &hash, || Component::new(&engine, EMPTY_COMPONENT))
                 .unwrap()
                 .1
         };

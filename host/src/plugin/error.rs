@@ -107,6 +107,8 @@ pub enum LoadError {
     CoreModule,
     #[error("the component does not compile: {0}")]
     Compile(String),
+    #[error("the component is not compiled, it is over the compile budget: {0}")]
+    TooComplex(String),
     #[error("the policy cannot be applied: {0}")]
     Policy(String),
     #[error(
@@ -133,6 +135,7 @@ impl LoadError {
             LoadError::NotWasm(_) => "not-wasm",
             LoadError::CoreModule => "core-module",
             LoadError::Compile(_) => "compile",
+            LoadError::TooComplex(_) => "too-complex",
             LoadError::Policy(_) => "policy",
             LoadError::World { .. } => "wrong-world",
             LoadError::Describe(_) => "describe-failed",

@@ -18,6 +18,7 @@ use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, InstancePre, ResourceTableError, ResourceType};
 use wasmtime::{CallHook, Store, StoreContextMut, Trap, UpdateDeadline};
 
+use super::budget::check_compile_budget;
 use super::cache::{CompiledFrom, content_hash};
 use super::capabilities::Capabilities;
 use super::checks::{WRONG_SHAPE, WrongShape, check_header, validate_specs, world_error};
@@ -83,15 +84,20 @@ impl Plugin {
             let cache = runtime.inner.cache.clone();
             tokio::task::spawn_blocking(move || {
                 let hash = hash.unwrap_or_else(|| content_hash(&bytes));
+                // Only what is compiled is measured: a cache entry passed when it was made.
+                let compile = || {
+                    check_compile_budget(&bytes)?;
+                    Component::new(&engine, &bytes)
+                        .map_err(|err| LoadError::Compile(format!("{err:#}")))
+                };
                 match &cache {
-                    Some(cache) => cache.get_or_compile(&engine, &bytes, &hash),
-                    None => Component::new(&engine, &bytes).map(|c| (c, CompiledFrom::Compiler)),
+                    Some(cache) => cache.get_or_compile(&engine, &hash, compile),
+                    None => compile().map(|c| (c, CompiledFrom::Compiler)),
                 }
                 .map(|(component, from)| (component, from, hash))
             })
             .await
-            .map_err(|err| LoadError::Compile(err.to_string()))?
-            .map_err(|err| LoadError::Compile(format!("{err:#}")))?
+            .map_err(|err| LoadError::Compile(err.to_string()))??
         };
         let compile_or_load = started.elapsed();
 

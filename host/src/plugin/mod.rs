@@ -7,6 +7,7 @@
 //! error); nothing a guest does takes the host down or leaks into the next
 //! call.
 
+mod budget;
 mod cache;
 mod capabilities;
 mod checks;
@@ -20,6 +21,10 @@ mod sandbox;
 mod types;
 pub mod wit;
 
+pub use budget::{
+    MAX_COMPONENT_BYTES, MAX_COMPONENT_WEIGHT, MAX_FUNCTION_OPERATORS, MAX_FUNCTION_WEIGHT,
+    read_component,
+};
 pub use cache::{CompiledFrom, content_hash};
 pub use capabilities::{MAX_SPAWNS_PER_CALL, SpawnContext, SubtaskSpawner};
 pub use error::{CallError, Limit, LoadError};

@@ -140,7 +140,7 @@ impl Runtime {
 
     /// Loads the component at `path`; the plugin is named after the file stem.
     pub async fn load_file(&self, path: &Path, policy: PluginPolicy) -> Result<Plugin, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        let bytes = super::read_component(path).map_err(|source| LoadError::Read {
             path: path.display().to_string(),
             source,
         })?;

@@ -172,7 +172,7 @@ impl PluginHost {
         let path = self.path_of(name);
         let read = {
             let path = path.clone();
-            tokio::task::spawn_blocking(move || std::fs::read(&path)).await
+            tokio::task::spawn_blocking(move || crate::plugin::read_component(&path)).await
         };
         match read {
             Ok(Ok(bytes)) => self.install(name, bytes, None).await,
@@ -233,7 +233,7 @@ impl PluginHost {
             return Ok(());
         }
         let path = self.archive.join(format!("{content_hash}.wasm"));
-        let bytes = std::fs::read(&path)
+        let bytes = crate::plugin::read_component(&path)
             .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
         let plugin = self
             .runtime
