@@ -5,45 +5,68 @@
 //! wait and its session and records it once, so two clients answering one wait get one success
 //! and one `409`; a verdict names the wait it settles. A job made runnable wakes one runner.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use serde::Deserialize;
 
-use super::api::{ApiError, ApiResult, AppState, Body, Shared, raw_body};
+use super::api::{ApiError, ApiResult, AppState, Body, Shared};
 use super::live::Notice;
 use crate::engine::{Answer, EngineAnswer, HumanVerdict, JobStatus};
 use crate::plugin::Resume;
+
+/// The number of a park. JSON has one kind of number: `3.0` names park 3 as well as `3` does.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Park(u32);
+
+impl<'de> Deserialize<'de> for Park {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let number = serde_json::Number::deserialize(deserializer)?;
+        let park = match (number.as_u64(), number.as_f64()) {
+            (Some(whole), _) => u32::try_from(whole).ok(),
+            (None, Some(float))
+                if float.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&float) =>
+            {
+                Some(float as u32)
+            }
+            _ => None,
+        };
+        park.map(Park).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{number} is not a park number (a whole number from 0 to {})",
+                u32::MAX
+            ))
+        })
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct AnswerBody {
     text: String,
-    wait: Option<u32>,
+    wait: Option<Park>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct LoginBody {
     session: String,
-    wait: Option<u32>,
+    wait: Option<Park>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ApproveBody {
     /// An approval names the wait it approves, so it can never approve a later call.
-    wait: u32,
+    wait: Park,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct DenyBody {
     reason: String,
-    wait: Option<u32>,
+    wait: Option<Park>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct CancelBody {
     reason: Option<String>,
@@ -53,7 +76,7 @@ pub(super) struct CancelBody {
 #[serde(deny_unknown_fields)]
 pub(super) struct ChooseBody {
     piece: String,
-    wait: Option<u32>,
+    wait: Option<Park>,
 }
 
 #[derive(Deserialize)]
@@ -62,21 +85,21 @@ pub(super) struct IntakeBody {
     /// Values by field; missing fields keep what they hold, and none confirms the intake.
     #[serde(default)]
     slots: std::collections::BTreeMap<String, String>,
-    wait: Option<u32>,
+    wait: Option<Park>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct AcceptBody {
     /// A verdict names the wait it settles, so it can never settle a later one.
-    wait: u32,
+    wait: Park,
     artifact: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RejectBody {
-    wait: u32,
+    wait: Park,
     reason: String,
     artifact: Option<String>,
 }
@@ -84,7 +107,7 @@ pub(super) struct RejectBody {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReviseBody {
-    wait: u32,
+    wait: Park,
     instruction: Option<String>,
     artifact: Option<String>,
 }
@@ -95,7 +118,11 @@ pub(super) async fn answer(
     Body(body): Body<AnswerBody>,
 ) -> ApiResult {
     state
-        .resume(&id, Resume::Answered(body.text).into(), body.wait)
+        .resume(
+            &id,
+            Resume::Answered(body.text).into(),
+            body.wait.map(|park| park.0),
+        )
         .await
 }
 
@@ -105,7 +132,9 @@ pub(super) async fn choose(
     Body(body): Body<ChooseBody>,
 ) -> ApiResult {
     let choice = EngineAnswer::Choose { piece: body.piece };
-    state.resume(&id, choice.into(), body.wait).await
+    state
+        .resume(&id, choice.into(), body.wait.map(|park| park.0))
+        .await
 }
 
 pub(super) async fn intake(
@@ -114,7 +143,9 @@ pub(super) async fn intake(
     Body(body): Body<IntakeBody>,
 ) -> ApiResult {
     let intake = EngineAnswer::Intake { slots: body.slots };
-    state.resume(&id, intake.into(), body.wait).await
+    state
+        .resume(&id, intake.into(), body.wait.map(|park| park.0))
+        .await
 }
 
 pub(super) async fn accept(
@@ -123,7 +154,7 @@ pub(super) async fn accept(
     Body(body): Body<AcceptBody>,
 ) -> ApiResult {
     state
-        .review(&id, body.artifact, HumanVerdict::Accept, body.wait)
+        .review(&id, body.artifact, HumanVerdict::Accept, body.wait.0)
         .await
 }
 
@@ -140,7 +171,7 @@ pub(super) async fn reject(
     let verdict = HumanVerdict::Reject {
         reason: body.reason,
     };
-    state.review(&id, body.artifact, verdict, body.wait).await
+    state.review(&id, body.artifact, verdict, body.wait.0).await
 }
 
 pub(super) async fn revise(
@@ -150,7 +181,7 @@ pub(super) async fn revise(
 ) -> ApiResult {
     let instruction = body.instruction.filter(|text| !text.trim().is_empty());
     let verdict = HumanVerdict::Revise { instruction };
-    state.review(&id, body.artifact, verdict, body.wait).await
+    state.review(&id, body.artifact, verdict, body.wait.0).await
 }
 
 pub(super) async fn login(
@@ -162,7 +193,11 @@ pub(super) async fn login(
         return Err(ApiError::bad_request("session: must not be empty"));
     }
     state
-        .resume(&id, Resume::LoggedIn(body.session).into(), body.wait)
+        .resume(
+            &id,
+            Resume::LoggedIn(body.session).into(),
+            body.wait.map(|park| park.0),
+        )
         .await
 }
 
@@ -172,7 +207,7 @@ pub(super) async fn approve(
     Body(body): Body<ApproveBody>,
 ) -> ApiResult {
     state
-        .resume(&id, Resume::Approved.into(), Some(body.wait))
+        .resume(&id, Resume::Approved.into(), Some(body.wait.0))
         .await
 }
 
@@ -187,16 +222,19 @@ pub(super) async fn deny(
         ));
     }
     state
-        .resume(&id, Resume::Denied(body.reason).into(), body.wait)
+        .resume(
+            &id,
+            Resume::Denied(body.reason).into(),
+            body.wait.map(|park| park.0),
+        )
         .await
 }
 
 pub(super) async fn cancel(
     State(state): Shared,
     Path(id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    Body(body): Body<CancelBody>,
 ) -> ApiResult {
-    let body: CancelBody = optional_body(&raw_body(body)?)?;
     let reason = body
         .reason
         .unwrap_or_else(|| "cancelled through the API".to_owned());
@@ -204,14 +242,6 @@ pub(super) async fn cancel(
     let view = state.view(&id).await?;
     state.publish_change(&id, view.state.status);
     Ok(axum::Json(view.summary))
-}
-
-/// An empty body, or a JSON object.
-fn optional_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body).map_err(|error| ApiError::bad_request(format!("body: {error}")))
 }
 
 impl AppState {
@@ -241,5 +271,23 @@ impl AppState {
             job: job.to_owned(),
             status,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_park_number_is_any_whole_json_number_that_fits() {
+        let park = |text: &str| serde_json::from_str::<Park>(text).map(|park| park.0);
+        assert_eq!(park("3").unwrap(), 3);
+        assert_eq!(park("3.0").unwrap(), 3);
+        assert_eq!(park("4294967295").unwrap(), u32::MAX);
+        for refused in ["3.5", "-1", "4294967296", "1e20", "\"3\""] {
+            assert!(park(refused).is_err(), "{refused}");
+        }
+        let error = park("3.5").unwrap_err().to_string();
+        assert!(error.contains("3.5 is not a park number"), "{error}");
     }
 }

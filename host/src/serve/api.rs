@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 
 use super::answers;
 use super::auth::{Auth, require_token};
-use super::guard::{Guard, guard_requests};
+use super::guard::{Guard, guard_requests, require_json};
 use super::live::{Hub, feed, job_stream};
 use super::plugins::{Change, PluginHost, PluginRequestError};
 use crate::engine::{
@@ -62,19 +62,19 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .delete(remove_plugin)
                 .layer(DefaultBodyLimit::max(state.max_upload_bytes)),
         )
-        .route("/jobs", get(list_jobs).post(start_job))
+        .route("/jobs", get(list_jobs).merge(json_post(start_job)))
         .route("/jobs/{id}", get(show_job))
         .route("/jobs/{id}/events", get(job_events))
-        .route("/jobs/{id}/answer", post(answers::answer))
-        .route("/jobs/{id}/login", post(answers::login))
-        .route("/jobs/{id}/approve", post(answers::approve))
-        .route("/jobs/{id}/deny", post(answers::deny))
-        .route("/jobs/{id}/cancel", post(answers::cancel))
-        .route("/jobs/{id}/choose", post(answers::choose))
-        .route("/jobs/{id}/intake", post(answers::intake))
-        .route("/jobs/{id}/accept", post(answers::accept))
-        .route("/jobs/{id}/reject", post(answers::reject))
-        .route("/jobs/{id}/revise", post(answers::revise))
+        .route("/jobs/{id}/answer", json_post(answers::answer))
+        .route("/jobs/{id}/login", json_post(answers::login))
+        .route("/jobs/{id}/approve", json_post(answers::approve))
+        .route("/jobs/{id}/deny", json_post(answers::deny))
+        .route("/jobs/{id}/cancel", json_post(answers::cancel))
+        .route("/jobs/{id}/choose", json_post(answers::choose))
+        .route("/jobs/{id}/intake", json_post(answers::intake))
+        .route("/jobs/{id}/accept", json_post(answers::accept))
+        .route("/jobs/{id}/reject", json_post(answers::reject))
+        .route("/jobs/{id}/revise", json_post(answers::revise))
         .route("/jobs/{id}/artifacts", get(artifacts))
         .route("/inbox", get(inbox))
         .route("/events", get(events))
@@ -103,6 +103,15 @@ pub fn router(state: Arc<AppState>) -> Router {
             guard_requests,
         ))
         .with_state(state)
+}
+
+/// A `POST` route that takes only JSON (see [`require_json`]).
+fn json_post<H, T>(handler: H) -> axum::routing::MethodRouter<Arc<AppState>>
+where
+    H: axum::handler::Handler<T, Arc<AppState>>,
+    T: 'static,
+{
+    post(handler).route_layer(axum::middleware::from_fn(require_json))
 }
 
 /// The inbox page under a content security policy that lets it run only its own script and

@@ -3,8 +3,9 @@
 //! Invariant: on every route, a request whose `Origin` is not this server's own is refused, and
 //! an open server (no tokens, so loopback only) serves only a `Host` that names a loopback
 //! address and the port it listens on, so a page whose name rebinds to 127.0.0.1 gets nothing.
-//! Every `POST` must be `Content-Type: application/json`, which a cross-site form cannot send
-//! without a CORS preflight this server never grants; `PUT` and `DELETE` always need one.
+//! Every `POST` route takes only `Content-Type: application/json` ([`require_json`]), which a
+//! cross-site form cannot send without a CORS preflight this server never grants; `PUT` and
+//! `DELETE` always need one.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -31,8 +32,8 @@ impl Guard {
         }
     }
 
-    /// Why `headers` of a `method` request must be refused, if they must.
-    fn check(&self, method: &Method, path: &str, headers: &HeaderMap) -> Result<(), ApiError> {
+    /// Why a request with `headers` must be refused, if it must.
+    fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let host = headers
             .get(header::HOST)
             .and_then(|value| value.to_str().ok())
@@ -59,13 +60,6 @@ impl Guard {
                     ),
                 ));
             }
-        }
-        if method == Method::POST && path.starts_with("/v1/") && !is_json(headers) {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "Content-Type: a POST must be sent as `application/json`",
-            ));
         }
         Ok(())
     }
@@ -107,6 +101,25 @@ fn same_origin(origin: &str, host: &str) -> bool {
     !host.is_empty() && with_port(authority) == with_port(host)
 }
 
+/// The layer of every `POST` route: refuses a request not sent as JSON, whatever its body. On
+/// the route only, so a `POST` to a route that takes none is still `405`.
+pub async fn require_json(request: Request, next: Next) -> Response {
+    match json_refusal(request.method(), request.headers()) {
+        Some(refusal) => refusal.into_response(),
+        None => next.run(request).await,
+    }
+}
+
+fn json_refusal(method: &Method, headers: &HeaderMap) -> Option<ApiError> {
+    (method == Method::POST && !is_json(headers)).then(|| {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "Content-Type: a POST must be sent as `application/json`",
+        )
+    })
+}
+
 fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
@@ -125,14 +138,10 @@ pub async fn guard_requests(
         || headers
             .get(header::CONTENT_LENGTH)
             .is_some_and(|length| length.as_bytes() != b"0");
-    let mut response =
-        match state
-            .guard
-            .check(request.method(), request.uri().path(), request.headers())
-        {
-            Ok(()) => next.run(request).await,
-            Err(refusal) => refusal.into_response(),
-        };
+    let mut response = match state.guard.check(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => refusal.into_response(),
+    };
     // A refusal may come before the body was read (a token without the scope for an upload):
     // the connection cannot be used again, and the client must not try.
     let status = response.status();
@@ -174,10 +183,7 @@ mod tests {
             "127.0.0.2:7070",
         ] {
             let request = headers(&[(header::HOST, host)]);
-            assert!(
-                open().check(&Method::GET, "/v1/jobs", &request).is_ok(),
-                "{host}"
-            );
+            assert!(open().check(&request).is_ok(), "{host}");
         }
         for host in [
             "evil.example:7070",
@@ -187,16 +193,12 @@ mod tests {
             "127.0.0.1.nip.io:7070",
         ] {
             let request = headers(&[(header::HOST, host)]);
-            let refusal = open().check(&Method::GET, "/", &request).unwrap_err();
+            let refusal = open().check(&request).unwrap_err();
             assert_eq!(refusal.code(), "wrong_host", "{host}");
         }
         let with_tokens = Guard::new("0.0.0.0:7070".parse().unwrap(), false);
         let request = headers(&[(header::HOST, "maestro.internal:7070")]);
-        assert!(
-            with_tokens
-                .check(&Method::GET, "/v1/jobs", &request)
-                .is_ok()
-        );
+        assert!(with_tokens.check(&request).is_ok());
     }
 
     #[test]
@@ -205,7 +207,7 @@ mod tests {
             (header::HOST, "127.0.0.1:7070"),
             (header::ORIGIN, "http://127.0.0.1:7070"),
         ]);
-        assert!(open().check(&Method::GET, "/v1/jobs", &own).is_ok());
+        assert!(open().check(&own).is_ok());
         for origin in [
             "http://evil.example",
             "null",
@@ -213,9 +215,7 @@ mod tests {
             "ftp://127.0.0.1:7070",
         ] {
             let request = headers(&[(header::HOST, "127.0.0.1:7070"), (header::ORIGIN, origin)]);
-            let refusal = open()
-                .check(&Method::GET, "/v1/jobs", &request)
-                .unwrap_err();
+            let refusal = open().check(&request).unwrap_err();
             assert_eq!(refusal.code(), "foreign_origin", "{origin}");
         }
         assert!(same_origin(
@@ -241,19 +241,13 @@ mod tests {
             if let Some(value) = content_type {
                 request.insert(header::CONTENT_TYPE, value.parse().unwrap());
             }
-            let refusal = open()
-                .check(&Method::POST, "/v1/jobs/j/approve", &request)
-                .unwrap_err();
+            let refusal = json_refusal(&Method::POST, &request).unwrap();
             assert_eq!(refusal.code(), "unsupported_media_type", "{content_type:?}");
         }
         let json = headers(&[
             host,
             (header::CONTENT_TYPE, "application/json; charset=utf-8"),
         ]);
-        assert!(
-            open()
-                .check(&Method::POST, "/v1/jobs/j/approve", &json)
-                .is_ok()
-        );
+        assert!(json_refusal(&Method::POST, &json).is_none());
     }
 }
