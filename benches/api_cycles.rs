@@ -97,6 +97,8 @@ async fn measure(engine: &Arc<Engine>, runners: usize, clients: usize) -> Round 
         },
         debounce: Duration::from_millis(10),
         max_upload_bytes: 1 << 20,
+        retain_finished: None,
+        max_event_streams: maestro::serve::DEFAULT_EVENT_STREAMS,
     };
     let server = maestro::serve::start(
         store.clone() as Arc<dyn JobStore>,

@@ -100,7 +100,9 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
             at("max_upload_mib")
         )));
     }
-    let max_event_streams = server.max_event_streams.unwrap_or(256);
+    let max_event_streams = server
+        .max_event_streams
+        .unwrap_or(crate::serve::DEFAULT_EVENT_STREAMS);
     if max_event_streams == 0 {
         return Err(Failure::usage(format!(
             "{}: must be at least 1",

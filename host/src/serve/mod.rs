@@ -9,6 +9,7 @@
 mod answers;
 mod api;
 mod auth;
+mod bodies;
 mod guard;
 mod live;
 mod plugins;
@@ -24,6 +25,7 @@ use tokio::sync::Notify;
 
 pub use api::{ApiError, AppState, router};
 pub use auth::{Auth, Scope, Token};
+pub use bodies::check_request_body;
 pub use guard::Guard;
 pub use live::{Hub, Notice};
 pub use plugins::{Change, FailureSource, LoadFailure, PluginHost, PluginStatus, ServingState};
@@ -48,6 +50,9 @@ pub struct ServeSettings {
     /// Event streams open at once, over every client.
     pub max_event_streams: usize,
 }
+
+/// Event streams open at once when the configuration names no number.
+pub const DEFAULT_EVENT_STREAMS: usize = 256;
 
 /// How often retention looks for old trees at most.
 pub const RETENTION_EVERY: Duration = Duration::from_secs(600);
