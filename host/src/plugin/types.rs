@@ -61,6 +61,7 @@ fn next_call_id() -> String {
     )
 }
 
+#[cfg_attr(feature = "fuzzing", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
@@ -69,6 +70,7 @@ pub enum Outcome {
     Terminal(Terminal),
 }
 
+#[cfg_attr(feature = "fuzzing", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Park {
@@ -83,6 +85,7 @@ pub enum Park {
 }
 
 /// A piece of work handed in for review (since 0.2.0).
+#[cfg_attr(feature = "fuzzing", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArtifactDraft {
     pub kind: String,
@@ -94,6 +97,7 @@ pub struct ArtifactDraft {
 }
 
 /// A worker to start: a child job running `piece` with `input` (since 0.2.0).
+#[cfg_attr(feature = "fuzzing", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerRequest {
     pub piece: String,
@@ -136,12 +140,14 @@ pub struct Review {
     pub verdict: Verdict,
 }
 
+#[cfg_attr(feature = "fuzzing", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoginRequest {
     pub url: String,
     pub reason: String,
 }
 
+#[cfg_attr(feature = "fuzzing", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolRequest {
     pub tool: String,
@@ -150,6 +156,7 @@ pub struct ToolRequest {
     pub arguments: String,
 }
 
+#[cfg_attr(feature = "fuzzing", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Terminal {

@@ -6,111 +6,15 @@
 //! and one `409`; a verdict names the wait it settles. A job made runnable wakes one runner.
 
 use axum::extract::{Path, State};
-use serde::Deserialize;
 
-use super::api::{ApiError, ApiResult, AppState, Body, Shared};
+use super::api::{ApiResult, AppState, Body, Shared};
+use super::bodies::{
+    AcceptBody, AnswerBody, ApproveBody, CancelBody, ChooseBody, DenyBody, IntakeBody, LoginBody,
+    RejectBody, ReviseBody,
+};
 use super::live::Notice;
 use crate::engine::{Answer, EngineAnswer, HumanVerdict, JobStatus};
 use crate::plugin::Resume;
-
-/// The number of a park. JSON has one kind of number: `3.0` names park 3 as well as `3` does.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Park(u32);
-
-impl<'de> Deserialize<'de> for Park {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let number = serde_json::Number::deserialize(deserializer)?;
-        let park = match (number.as_u64(), number.as_f64()) {
-            (Some(whole), _) => u32::try_from(whole).ok(),
-            (None, Some(float))
-                if float.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&float) =>
-            {
-                Some(float as u32)
-            }
-            _ => None,
-        };
-        park.map(Park).ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "{number} is not a park number (a whole number from 0 to {})",
-                u32::MAX
-            ))
-        })
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct AnswerBody {
-    text: String,
-    wait: Option<Park>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct LoginBody {
-    session: String,
-    wait: Option<Park>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ApproveBody {
-    /// An approval names the wait it approves, so it can never approve a later call.
-    wait: Park,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct DenyBody {
-    reason: String,
-    wait: Option<Park>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct CancelBody {
-    reason: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ChooseBody {
-    piece: String,
-    wait: Option<Park>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct IntakeBody {
-    /// Values by field; missing fields keep what they hold, and none confirms the intake.
-    #[serde(default)]
-    slots: std::collections::BTreeMap<String, String>,
-    wait: Option<Park>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct AcceptBody {
-    /// A verdict names the wait it settles, so it can never settle a later one.
-    wait: Park,
-    artifact: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RejectBody {
-    wait: Park,
-    reason: String,
-    artifact: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ReviseBody {
-    wait: Park,
-    instruction: Option<String>,
-    artifact: Option<String>,
-}
 
 pub(super) async fn answer(
     State(state): Shared,
@@ -163,11 +67,6 @@ pub(super) async fn reject(
     Path(id): Path<String>,
     Body(body): Body<RejectBody>,
 ) -> ApiResult {
-    if body.reason.trim().is_empty() {
-        return Err(ApiError::bad_request(
-            "reason: a rejection needs a reason (the agent reads it)",
-        ));
-    }
     let verdict = HumanVerdict::Reject {
         reason: body.reason,
     };
@@ -189,9 +88,6 @@ pub(super) async fn login(
     Path(id): Path<String>,
     Body(body): Body<LoginBody>,
 ) -> ApiResult {
-    if body.session.trim().is_empty() {
-        return Err(ApiError::bad_request("session: must not be empty"));
-    }
     state
         .resume(
             &id,
@@ -216,11 +112,6 @@ pub(super) async fn deny(
     Path(id): Path<String>,
     Body(body): Body<DenyBody>,
 ) -> ApiResult {
-    if body.reason.trim().is_empty() {
-        return Err(ApiError::bad_request(
-            "reason: a denial needs a reason (the model reads it)",
-        ));
-    }
     state
         .resume(
             &id,
@@ -271,23 +162,5 @@ impl AppState {
             job: job.to_owned(),
             status,
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_park_number_is_any_whole_json_number_that_fits() {
-        let park = |text: &str| serde_json::from_str::<Park>(text).map(|park| park.0);
-        assert_eq!(park("3").unwrap(), 3);
-        assert_eq!(park("3.0").unwrap(), 3);
-        assert_eq!(park("4294967295").unwrap(), u32::MAX);
-        for refused in ["3.5", "-1", "4294967296", "1e20", "\"3\""] {
-            assert!(park(refused).is_err(), "{refused}");
-        }
-        let error = park("3.5").unwrap_err().to_string();
-        assert!(error.contains("3.5 is not a park number"), "{error}");
     }
 }

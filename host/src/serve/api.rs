@@ -22,6 +22,7 @@ use tokio::sync::Notify;
 
 use super::answers;
 use super::auth::{Auth, require_token};
+use super::bodies::{RequestBody, StartJob};
 use super::guard::{Guard, guard_requests, require_json};
 use super::live::{Hub, feed, job_stream};
 use super::plugins::{Change, PluginHost, PluginRequestError};
@@ -188,6 +189,10 @@ impl ApiError {
         self.code
     }
 
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     pub(super) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
@@ -235,13 +240,17 @@ pub struct Body<T>(pub T);
 impl<S, T> FromRequest<S> for Body<T>
 where
     axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    T: RequestBody,
     S: Send + Sync,
 {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         match axum::Json::<T>::from_request(request, state).await {
-            Ok(axum::Json(value)) => Ok(Self(value)),
+            Ok(axum::Json(value)) => {
+                value.check()?;
+                Ok(Self(value))
+            }
             // A body that parses but does not fit (a missing field, a wrong type) is as bad a
             // request as one that does not parse.
             Err(rejection) => Err(match rejection.status() {
@@ -357,19 +366,6 @@ async fn list_jobs(
         })
         .await?;
     Ok(axum::Json(json!({ "jobs": jobs })))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StartJob {
-    /// Without a piece, the job waits for a human to choose one.
-    #[serde(default)]
-    piece: Option<String>,
-    #[serde(default)]
-    input: String,
-    /// Intake values, shown filled in for a human to confirm.
-    #[serde(default)]
-    slots: std::collections::BTreeMap<String, String>,
 }
 
 async fn start_job(
