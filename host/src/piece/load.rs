@@ -294,7 +294,7 @@ fn field_named_in(message: &str) -> Option<String> {
 /// source: the key on the error's line, or else the nearest less-indented key above it (the
 /// owner of a block sequence or nested mapping the error sits in).
 fn key_near(text: &str, at: SourcePosition) -> Option<String> {
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = yaml_lines(text);
     let index = usize::try_from(at.line).ok()?.checked_sub(1)?;
     let error_line = lines.get(index)?;
     if let Some(key) = key_of_line(error_line) {
@@ -306,6 +306,24 @@ fn key_near(text: &str, at: SourcePosition) -> Option<String> {
         .rev()
         .filter(|line| indentation(line) < error_indent)
         .find_map(|line| key_of_line(line))
+}
+
+/// The lines of `text` as YAML counts them (and so the positions of its errors): a line ends
+/// at `\n`, `\r\n` or a lone `\r`.
+fn yaml_lines(text: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut rest = text;
+    while let Some(end) = rest.find(['\r', '\n']) {
+        lines.push(&rest[..end]);
+        let width = if rest[end..].starts_with("\r\n") {
+            2
+        } else {
+            1
+        };
+        rest = &rest[end + width..];
+    }
+    lines.push(rest);
+    lines
 }
 
 fn indentation(line: &str) -> usize {
@@ -344,6 +362,24 @@ mod tests {
     }
 
     const HEADER: &str = "name: p\ninitial_movement: a\nmax_movements: 5\n";
+
+    #[test]
+    fn an_error_in_a_file_with_lone_carriage_returns_names_the_line_and_field_yaml_counts() {
+        // Found by the piece_yaml fuzz target: YAML ends a line at a lone `\r`, `str::lines`
+        // does not, so the field was looked for on the wrong line.
+        let yaml = "name: p\ninitial_movement: a\nmax_movements: many\nmovements: []\n";
+        let expected = parse_failure(yaml);
+        assert_eq!(expected.0.line, 3);
+        assert_eq!(expected.1, "max_movements");
+        for line_end in ["\r", "\r\n"] {
+            assert_eq!(
+                parse_failure(&yaml.replace('\n', line_end)),
+                expected,
+                "{line_end:?}"
+            );
+        }
+        assert_eq!(yaml_lines("a\rb\r\nc\n\nd"), ["a", "b", "c", "", "d"]);
+    }
 
     #[test]
     fn parses_positions_of_every_located_value() {
