@@ -69,8 +69,13 @@ async fn login_wall_parks_then_resumes_with_the_session() {
     let Outcome::Park(Park::BrowserLogin(LoginRequest { url, reason })) = parked else {
         panic!("expected a browser-login park, got {parked:?}");
     };
-    assert_eq!(url, site.url("/login?next=/private"));
-    assert!(!reason.is_empty());
+    let private = site.url("/private");
+    let login = site.url("/login?next=/private");
+    assert_eq!(url, login);
+    assert_eq!(
+        reason,
+        format!("Log in so that BrowseWeb can read {private}: {login} shows a login form.")
+    );
 
     let page = output_json(
         &plugin
@@ -98,38 +103,45 @@ async fn login_wall_parks_then_resumes_with_the_session() {
         )
         .await
         .unwrap();
-    assert!(
-        matches!(&rejected, Outcome::Park(Park::BrowserLogin(login)) if login.reason.contains("not accepted")),
-        "{rejected:?}"
+    assert_eq!(
+        rejected,
+        Outcome::Park(Park::BrowserLogin(LoginRequest {
+            url: login.clone(),
+            reason: format!(
+                "The session from the last login was not accepted: {login} shows a login form. \
+                 Log in again so that BrowseWeb can read {private}."
+            ),
+        }))
     );
 
     let expired = plugin
         .invoke(request.resumed(Resume::Expired))
         .await
         .unwrap_err();
-    assert!(matches!(
+    assert_eq!(
         expired,
         CallError::Tool {
+            message: format!("no one logged in to read {private} before the wait expired"),
             retryable: false,
-            ..
         }
-    ));
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_401_and_403_are_login_walls_and_500_is_retryable() {
     let site = Site::start().await;
     let plugin = load_with_toml(artifacts::BROWSE_WEB, &allowing(&site)).await;
-    for path in ["/api", "/forbidden"] {
-        let outcome = browse(&plugin, &site.url(path)).await.unwrap();
+    for (path, status) in [("/api", 401), ("/forbidden", 403)] {
+        let url = site.url(path);
+        let outcome = browse(&plugin, &url).await.unwrap();
         assert_eq!(
             outcome,
             Outcome::Park(Park::BrowserLogin(LoginRequest {
-                url: site.url(path),
-                reason: match &outcome {
-                    Outcome::Park(Park::BrowserLogin(login)) => login.reason.clone(),
-                    _ => String::new(),
-                },
+                url: url.clone(),
+                reason: format!(
+                    "Log in so that BrowseWeb can read {url}: {url} answered HTTP {status} \
+                     and needs a logged-in session."
+                ),
             })),
             "{path}"
         );
@@ -144,13 +156,31 @@ async fn status_401_and_403_are_login_walls_and_500_is_retryable() {
     assert_eq!(data["text"], "api data: ok");
 
     let broken = browse(&plugin, &site.url("/broken")).await.unwrap_err();
-    assert!(
-        matches!(&broken, CallError::Tool { message, retryable: true } if message.contains("500")),
-        "{broken}"
+    assert_eq!(
+        broken,
+        CallError::Tool {
+            message: format!("{} answered HTTP 500", site.url("/broken")),
+            retryable: true,
+        }
     );
 
+    let before = site.hits();
     let looping = browse(&plugin, &site.url("/loop")).await.unwrap_err();
-    assert!(matches!(looping, CallError::Tool { .. }), "{looping}");
+    assert_eq!(
+        looping,
+        CallError::Tool {
+            message: format!(
+                "{}: gave up after 5 redirects (last to /loop)",
+                site.url("/loop")
+            ),
+            retryable: false,
+        }
+    );
+    assert_eq!(
+        site.hits() - before,
+        6,
+        "the first request and five redirects"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

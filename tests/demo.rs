@@ -3,7 +3,7 @@
 //! after its login, the approval job completed, the review job completed with one fact, the
 //! version accepted after a revision.
 
-use maestro::engine::JobStatus;
+use maestro::engine::{JobEvent, JobStatus};
 use maestro::phase::ArtifactStatus;
 use maestro::store::{JobStore, SqliteStore};
 
@@ -23,10 +23,32 @@ fn the_demo_walks_every_piece_to_its_end() {
         let (state, status) = store.load(job).unwrap();
         assert_eq!(status, JobStatus::Completed, "{job}: {:?}", state.result);
     }
-    let (research, _) = store.load(&demo.research).unwrap();
+    // The page behind the login reached the model: BrowseWeb's answer after the resume, not
+    // the script's summary, holds what only the logged-in page shows.
+    let research_log: Vec<JobEvent> = store
+        .events(&demo.research, 0)
+        .unwrap()
+        .into_iter()
+        .map(|stored| stored.event)
+        .collect();
+    let resumed = research_log
+        .iter()
+        .position(|event| matches!(event, JobEvent::Resumed { .. }))
+        .expect("the login resumed the job");
+    let page = research_log[resumed..]
+        .iter()
+        .find_map(|event| match event {
+            JobEvent::ToolAnswered {
+                tool,
+                content,
+                is_error: false,
+                ..
+            } if tool == "BrowseWeb" => Some(content),
+            _ => None,
+        });
     assert!(
-        research.result.unwrap().contains("42"),
-        "it read the page behind the login"
+        page.is_some_and(|page| page.contains("Secret numbers: 42")),
+        "it read the page behind the login: {research_log:?}"
     );
     let (review, _) = store.load(&demo.review).unwrap();
     let session = review.phase_session().unwrap();

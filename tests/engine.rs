@@ -364,6 +364,10 @@ turns:
     let answers = h.tool_answers_seen();
     let page: serde_json::Value = serde_json::from_str(&answers[0].1).unwrap();
     assert_eq!(page["status"], 200, "{page}");
+    // The call got the session; the log keeps only that one was given.
+    let log = serde_json::to_string(&h.events(&job)).unwrap();
+    assert!(!log.contains(GOOD_SESSION), "{log}");
+    assert!(log.contains("(session withheld)"), "{log}");
 }
 
 const APPROVAL: &str = r#"

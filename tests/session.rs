@@ -156,7 +156,7 @@ async fn an_expired_burst_ends_the_job_with_the_burst_guard() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_login_session_never_reaches_the_log() {
+async fn a_login_the_wait_does_not_take_is_refused_and_leaves_no_trace() {
     let h = bursty(2).await;
     let mut job = h.job("Keep echoing");
     h.run(&mut job, None).await;

@@ -188,7 +188,9 @@ async fn a_parked_call_resumes_on_its_version_after_removal_and_restart() {
     server.wait_for(&third, "ended", has_ended).await;
     let store = SqliteStore::open(server.folder.path("jobs.db")).unwrap();
     let answered_unknown = store.events(&third, 0).unwrap().into_iter().any(|stored| {
-        matches!(stored.event, JobEvent::ToolAnswered { tool, is_error: true, .. } if tool == "Confirm")
+        matches!(stored.event, JobEvent::ToolAnswered { tool, is_error: true, content, .. }
+            if tool == "Confirm"
+                && content == "Tool `Confirm` is not available in movement `ask`. Available: `Confirm`, `complete`.")
     });
     assert!(answered_unknown, "a removed plugin must take no new call");
 
@@ -222,8 +224,16 @@ async fn a_parked_call_resumes_on_its_version_after_removal_and_restart() {
     let done = server.wait_for(&second, "ended", has_ended).await;
     assert_eq!(done["status"], "completed", "{done}\n{}", server.log());
     assert!(confirmed(&store, &second));
+    let log = server.log();
     assert!(
-        server.log().contains("Confirm"),
-        "the missing tool is reported at start"
+        log.contains(
+            "movements[0].tools[0]: no known plugin provides tool `Confirm` \
+             (until a plugin offers it, calls to it fail)"
+        ),
+        "the missing tool is reported at start:\n{log}"
+    );
+    assert!(
+        !log.contains("cannot resume"),
+        "the parked call's version was restored from the archive:\n{log}"
     );
 }

@@ -140,8 +140,11 @@ impl Sampler<'_> {
             .unwrap_or_default();
         let mut object = Map::new();
         if let Some(Value::Object(properties)) = keywords.get("properties") {
+            // Optional properties only in the upper half of the depth budget, so that what they
+            // require below them still fits: an optional recursion ends, it is not cut to null.
+            let optional = self.fill == Fill::All && depth < MAX_DEPTH / 2;
             for (name, property) in properties {
-                if self.fill == Fill::All || required.contains(&name.as_str()) {
+                if optional || required.contains(&name.as_str()) {
                     object.insert(name.clone(), self.value(property, depth + 1));
                 }
             }
@@ -305,10 +308,27 @@ mod tests {
     }
 
     #[test]
-    fn a_recursive_schema_ends() {
+    fn a_schema_that_requires_endless_recursion_ends_in_a_sample_it_refuses() {
+        // No finite value has a `child` all the way down: the sampler stops, and the kit
+        // reports that it could not make up arguments (it never loops).
         let schema = json!({"$ref":"#/$defs/node","$defs":{"node":{"type":"object",
             "properties":{"child":{"$ref":"#/$defs/node"}},"required":["child"]}}});
-        let sample = valid(&schema, Fill::Required);
-        assert!(sample.is_object());
+        for fill in [Fill::Required, Fill::All, Fill::Blank] {
+            let sample = valid(&schema, fill);
+            assert!(sample.is_object(), "{fill:?}: {sample}");
+            assert!(!validates(&schema, &sample), "{fill:?}: {sample}");
+        }
+    }
+
+    #[test]
+    fn a_schema_with_optional_recursion_gets_samples_it_accepts() {
+        let schema = json!({"$ref":"#/$defs/node","$defs":{"node":{"type":"object",
+            "properties":{"name":{"type":"string"},"child":{"$ref":"#/$defs/node"}},
+            "required":["name"]}}});
+        for fill in [Fill::Required, Fill::All, Fill::Blank] {
+            let sample = valid(&schema, fill);
+            assert!(validates(&schema, &sample), "{fill:?}: {sample}");
+        }
+        assert!(valid(&schema, Fill::All)["child"].is_object());
     }
 }

@@ -1,6 +1,10 @@
 use super::*;
 use crate::engine::WaitReason;
-use crate::phase::{AcceptanceMode, RuntimePhase, WaitingKind, WaitingReason};
+use std::collections::BTreeMap;
+
+use crate::phase::{
+    AcceptanceMode, RuntimeEvent, RuntimePhase, SkillStart, WaitingKind, WaitingReason,
+};
 
 fn started() -> JobEvent {
     JobEvent::Started {
@@ -312,9 +316,38 @@ fn a_log_that_breaks_the_rules_names_the_event() {
 }
 
 #[test]
-fn translating_is_deterministic() {
+fn a_log_translates_to_the_phase_machines_events_and_the_live_session_agrees_with_the_fold() {
     let mut log = burst_log();
     log.push(resumed(1, plugin::Resume::Approved));
-    assert_eq!(runtime_events("job-1", &log), runtime_events("job-1", &log));
-    assert_eq!(session(&log), session(&log));
+    let echo = || RuntimeEvent::LoopToolCalled {
+        tool: "Echo".into(),
+    };
+    let expected = vec![
+        RuntimeEvent::SessionStarted {
+            session_id: "job-1".into(),
+            start: SkillStart::InitialSkill {
+                skill: "research".into(),
+                intake_prompt: String::new(),
+            },
+            acceptance_mode: AcceptanceMode::UserConfirmed,
+            max_burst: Some(3),
+        },
+        RuntimeEvent::IntakeCompleted {
+            slots: BTreeMap::from([(
+                crate::piece::INPUT_SLOT.to_owned(),
+                "find the answer".to_owned(),
+            )]),
+        },
+        echo(),
+        echo(),
+        echo(),
+        // The burst gate's park is the machine's own wait: only the go-ahead is an event.
+        RuntimeEvent::UserConfirmed,
+    ];
+    assert_eq!(runtime_events("job-1", &log), expected);
+    let folded = session(&log);
+    assert_eq!(folded.history(), expected.as_slice());
+    let live = live_session("job-1", &log).unwrap();
+    assert_eq!(live.session(), &folded.without_history());
+    assert_eq!(live.session().phase(), RuntimePhase::Running);
 }

@@ -3,7 +3,7 @@ use crate::engine::{
     JobEvent, JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest,
 };
 use crate::plugin::{CallRequest, Resume};
-use crate::store::StoreError;
+use crate::store::{CancelOutcome, StoreError};
 
 fn store() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
@@ -93,7 +93,22 @@ fn a_runner_that_lost_its_lease_cannot_save_and_a_dead_run_can_be_cancelled() {
     let (_dir, store) = store();
     store.create(&job("j1")).unwrap();
     store.claim("j1", "slow-runner", -1).unwrap().unwrap();
-    store.cancel("j1", "the run died").unwrap();
+    // Its lease ran out, so no live run is left to ask: it ends now.
+    assert_eq!(
+        store.cancel("j1", "the run died").unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let (state, status) = store.load("j1").unwrap();
+    assert_eq!(
+        (status, state.result.as_deref()),
+        (JobStatus::Cancelled, Some("the run died"))
+    );
+    let last = store.events("j1", 0).unwrap().pop().unwrap().event;
+    assert!(
+        matches!(&last, JobEvent::Finished { status: JobStatus::Cancelled, detail } if detail == "the run died"),
+        "{last:?}"
+    );
+    assert!(store.claim("j1", "runner-b", 60_000).unwrap().is_none());
     store.create(&job("j2")).unwrap();
     store.claim("j2", "slow-runner", -1).unwrap().unwrap();
     store.claim("j2", "runner-b", 60_000).unwrap().unwrap();
@@ -177,7 +192,7 @@ fn cancel_ends_a_waiting_job_but_not_a_finished_one() {
     // A live run is asked to stop; its runner sees the request when it renews its lease.
     assert_eq!(
         store.cancel("j1", "stop").unwrap(),
-        crate::store::CancelOutcome::Requested
+        CancelOutcome::Requested
     );
     assert!(
         run_to_end(store.renew("j1", "r", 60_000)).unwrap(),
@@ -215,7 +230,10 @@ fn cancel_ends_a_waiting_job_but_not_a_finished_one() {
     store.create(&job("j2")).unwrap();
     store.claim("j2", "r", 60_000).unwrap();
     store.save(&parked(job("j2")), &[], "r").unwrap();
-    store.cancel("j2", "operator said stop").unwrap();
+    assert_eq!(
+        store.cancel("j2", "operator said stop").unwrap(),
+        CancelOutcome::Cancelled
+    );
     let (state, status) = store.load("j2").unwrap();
     assert_eq!((status, state.wait), (JobStatus::Cancelled, None));
     assert_eq!(state.result.as_deref(), Some("operator said stop"));
