@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use maestro::plugin::{
-    CallError, CallRequest, Limit, LoadError, Outcome, Plugin, PluginPolicy, Runtime,
+    CallError, CallRequest, Limit, LoadError, Outcome, Plugin, PluginPolicy, Policy, Runtime,
     RuntimeConfig, SpawnContext, SubtaskSpawner,
 };
 use maestro_e2e::site::Site;
@@ -31,6 +31,35 @@ fn limit(result: Result<Outcome, CallError>) -> Limit {
         Err(CallError::Limit(limit)) => limit,
         other => panic!("expected a limit error, got {other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_call_runs_in_a_fresh_instance_that_sees_nothing_an_earlier_call_left() {
+    let hostile = load(artifacts::HOSTILE, PluginPolicy::default()).await;
+    for secret in ["first secret", "second secret", "third secret"] {
+        let kept = output_json(
+            &call(&hostile, "remember", json!({"text": secret}))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(kept, json!({"calls": 1, "before": null}), "{secret}");
+    }
+    // The control: one instance kept across calls does show what the last call left, so the
+    // tool would reveal a reused instance.
+    let mut warm = hostile.warm_instance().await.unwrap();
+    let first = warm
+        .invoke("remember", r#"{"text":"first secret"}"#)
+        .await
+        .unwrap();
+    assert_eq!(output_json(&first), json!({"calls": 1, "before": null}));
+    let second = warm
+        .invoke("remember", r#"{"text":"second secret"}"#)
+        .await
+        .unwrap();
+    assert_eq!(
+        output_json(&second),
+        json!({"calls": 2, "before": "first secret"})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -130,6 +159,24 @@ async fn huge_output_hits_the_output_limit() {
     still_serving(&hostile).await;
 }
 
+/// What WASI answers for a path outside every preopened directory, as wasi-libc prints it.
+const NO_SUCH_FILE: &str = "No such file or directory (os error 44)";
+/// What WASI answers for a path a grant does not allow (an escape, a write to a read-only one).
+const NOT_PERMITTED: &str = "Operation not permitted (os error 63)";
+
+/// The call failed in the guest's own file operation (`what`), with WASI's `errno`: the sandbox
+/// refused it, not a bad argument or a crash.
+#[track_caller]
+fn refused_in_the_guests_file_call(result: Result<Outcome, CallError>, what: &str, errno: &str) {
+    assert_eq!(
+        result,
+        Err(CallError::Tool {
+            message: format!("{what}: {errno}"),
+            retryable: false,
+        })
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn files_are_invisible_without_a_grant() {
     let hostile = load(artifacts::HOSTILE, PluginPolicy::default()).await;
@@ -140,10 +187,7 @@ async fn files_are_invisible_without_a_grant() {
         "/proc/self/environ",
     ] {
         let result = call(&hostile, "read_file", json!({"path": path})).await;
-        assert!(
-            matches!(result, Err(CallError::Tool { .. })),
-            "{path}: {result:?}"
-        );
+        refused_in_the_guests_file_call(result, &format!("open {path}"), NO_SUCH_FILE);
     }
     let write = call(
         &hostile,
@@ -151,7 +195,7 @@ async fn files_are_invisible_without_a_grant() {
         json!({"path": "/tmp/owned", "content": "x"}),
     )
     .await;
-    assert!(matches!(write, Err(CallError::Tool { .. })), "{write:?}");
+    refused_in_the_guests_file_call(write, "write /tmp/owned", NO_SUCH_FILE);
     still_serving(&hostile).await;
 }
 
@@ -175,14 +219,14 @@ async fn granted_directories_are_read_only_unless_writable() {
         json!({"path": "/data/../../etc/passwd"}),
     )
     .await;
-    assert!(matches!(escape, Err(CallError::Tool { .. })), "{escape:?}");
+    refused_in_the_guests_file_call(escape, "open /data/../../etc/passwd", NOT_PERMITTED);
     let write = call(
         &read_only,
         "write_file",
         json!({"path": "/data/new.txt", "content": "x"}),
     )
     .await;
-    assert!(matches!(write, Err(CallError::Tool { .. })), "{write:?}");
+    refused_in_the_guests_file_call(write, "write /data/new.txt", NOT_PERMITTED);
     assert!(!dir.path().join("new.txt").exists());
 
     let writable = load_with_toml(
@@ -405,31 +449,57 @@ async fn calls_past_the_instance_pool_are_refused_as_overloaded_not_crashed() {
         ..RuntimeConfig::default()
     })
     .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Policy::parse(
+        &format!(
+            "[[plugins.hostile.dirs]]\nhost = {:?}\nguest = \"/data\"\nwritable = true\n",
+            dir.path().display().to_string()
+        ),
+        "test-policy.toml",
+    )
+    .unwrap();
     let hostile = Arc::new(
         runtime
-            .load_file(artifacts::HOSTILE.as_ref(), PluginPolicy::default())
+            .load_file(artifacts::HOSTILE.as_ref(), policy.for_plugin("hostile"))
             .await
             .unwrap(),
     );
-    let sleepers: Vec<_> = (0..3)
-        .map(|_| {
+    // Two calls hold the pool's two instances until the test lets them go.
+    let holders: Vec<_> = (0..2)
+        .map(|n| {
             let hostile = hostile.clone();
-            // Long enough that all three overlap even if one task starts late.
-            tokio::spawn(async move { call(&hostile, "sleep", json!({"ms": 4000})).await })
+            tokio::spawn(async move {
+                let started = format!("/data/started-{n}");
+                call(
+                    &hostile,
+                    "hold",
+                    json!({"started": started, "release": "/data/go"}),
+                )
+                .await
+            })
         })
         .collect();
-    let mut overloaded = 0;
-    for sleeper in sleepers {
-        match sleeper.await.unwrap() {
-            Ok(Outcome::Output(text)) => assert_eq!(text, "slept 4000 ms"),
-            Err(error @ CallError::Overloaded(_)) => {
-                assert!(error.retryable());
-                overloaded += 1;
-            }
-            other => panic!("unexpected {other:?}"),
-        }
+    let started = std::time::Instant::now();
+    while !(0..2).all(|n| dir.path().join(format!("started-{n}")).exists()) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "the two calls never ran at once"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    assert_eq!(overloaded, 1);
+    let third = call(&hostile, "read_env", json!({})).await;
+    assert!(
+        matches!(&third, Err(error @ CallError::Overloaded(_)) if error.retryable()),
+        "{third:?}"
+    );
+
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    for holder in holders {
+        assert_eq!(
+            holder.await.unwrap().unwrap(),
+            Outcome::Output("released".into())
+        );
+    }
     assert!(matches!(
         call(&hostile, "read_env", json!({})).await,
         Ok(Outcome::Output(_))

@@ -1,6 +1,6 @@
 //! Test plugin whose tools misbehave on purpose, so the host's sandbox can be
 //! tested against them: endless CPU, sleep, memory and stack use, a panic,
-//! oversized output, host resources and host work, and attempts to reach files, environment variables, the
+//! oversized output, host resources and host work, state kept in memory, and attempts to reach files, environment variables, the
 //! network and child jobs that the policy may or may not grant.
 //!
 //! `std::hint::black_box` guards every pointless computation: without it the
@@ -86,6 +86,41 @@ struct ArgumentsArgs {
 struct SpawnArgs {
     piece: String,
     input: String,
+}
+
+#[derive(Deserialize)]
+struct HoldArgs {
+    started: String,
+    release: String,
+}
+
+/// Writes `started`, then holds its instance until a file `release` exists: a call whose
+/// overlap with others a test can wait for instead of timing.
+fn hold(args: &HoldArgs) -> Result<Outcome, ToolError> {
+    write_file(&args.started, "started")?;
+    while std::fs::metadata(&args.release).is_err() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(Outcome::Output("released".into()))
+}
+
+#[derive(Deserialize)]
+struct RememberArgs {
+    text: String,
+}
+
+/// What `remember` keeps: a count in the data segment and a text on the heap, both in the
+/// instance's linear memory, which a fresh instance per call must never show again.
+static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static REMEMBERED: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+fn remember(text: String) -> Outcome {
+    let calls = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    let before = REMEMBERED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .replace(text);
+    output_json(&json!({"calls": calls, "before": before}))
 }
 
 #[derive(Deserialize)]
@@ -314,6 +349,17 @@ impl Guest for Hostile {
                 "Asks the host to start a child job running `piece` with `input`.",
                 object(json!({"piece": string(), "input": string()})),
             ),
+            spec(
+                "hold",
+                "Writes the file `started`, then waits until the file `release` exists.",
+                object(json!({"started": string(), "release": string()})),
+            ),
+            spec(
+                "remember",
+                "Keeps `text` and counts its calls in its own memory; returns the count and \
+                 the text an earlier call kept, if this instance has one.",
+                object(json!({"text": string()})),
+            ),
         ]
     }
 
@@ -400,6 +446,8 @@ impl Guest for Hostile {
                     .map(Outcome::Output)
                     .map_err(ToolError::permanent)
             }
+            "hold" => hold(&parse_args::<HoldArgs>(&call)?),
+            "remember" => Ok(remember(parse_args::<RememberArgs>(&call)?.text)),
             _ => Err(ToolError::unknown_tool(&call)),
         }
     }
