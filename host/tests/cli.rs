@@ -228,6 +228,37 @@ fn list_loads_a_folder_and_reports_what_fails() {
 }
 
 #[test]
+fn a_tool_offered_by_two_plugins_stops_a_run_naming_both() {
+    let plugins = tempfile::tempdir().unwrap();
+    for name in ["echo", "echo2"] {
+        std::fs::copy(artifacts::ECHO, plugins.path().join(format!("{name}.wasm"))).unwrap();
+    }
+    std::fs::copy(artifacts::COMPLETE, plugins.path().join("complete.wasm")).unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let store = tempfile::tempdir().unwrap();
+    let output = maestro()
+        .args(["run", "chat", "--input", "hello", "--plugins"])
+        .arg(plugins.path())
+        .arg("--pieces")
+        .arg(repo.join("pieces"))
+        .arg("--model")
+        .arg(format!(
+            "scripted:{}",
+            repo.join("pieces/scripts/chat.yaml").display()
+        ))
+        .arg("--store")
+        .arg(store.path().join("jobs.db"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("tool `echo` is offered by two plugins: `echo` and `echo2`"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn piece_lint_passes_the_examples_and_names_each_problem() {
     let pieces = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pieces");
     let (output, _) = run(&[

@@ -613,6 +613,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_second_plugin_offering_a_tool_already_offered_is_refused_and_the_first_serves() {
+        let (_folder, dir, host) = host_in_a_new_folder();
+        let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
+        std::fs::write(dir.join("echo.wasm"), &echo).unwrap();
+        std::fs::write(dir.join("echo2.wasm"), &echo).unwrap();
+        assert_eq!(host.sync("echo").await, Change::Loaded);
+        assert_eq!(
+            host.sync("echo2").await,
+            Change::Failed("tool `echo` is offered by two plugins: `echo` and `echo2`".into())
+        );
+        let catalog = host.slot().current();
+        assert_eq!(catalog.plugin_for("echo").unwrap().name(), "echo");
+        let refused = host.status("echo2").unwrap();
+        assert_eq!(refused.status, ServingState::Failed);
+        assert!(refused.last_error.is_some());
+        // Once the first is gone, the second may offer it.
+        std::fs::remove_file(dir.join("echo.wasm")).unwrap();
+        assert_eq!(host.sync("echo").await, Change::Removed);
+        assert_eq!(host.sync("echo2").await, Change::Loaded);
+        assert_eq!(
+            host.slot().current().plugin_for("echo").unwrap().name(),
+            "echo2"
+        );
+    }
+
+    #[tokio::test]
     async fn a_refused_upload_stays_reported_until_the_next_upload() {
         let (_folder, dir, host) = host_in_a_new_folder();
         let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
