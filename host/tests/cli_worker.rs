@@ -1,164 +1,20 @@
 //! `maestro work` as a real process: a piece spawns subtasks, parks on WAIT_SUBTASKS and
-//! resumes at its default_next with their results; and a worker killed with SIGKILL in the
-//! middle of a batch loses nothing — after a restart every job ends exactly once and parked
-//! jobs stay untouched.
+//! resumes at its default_next with their results; a wait expires; and two workers share one
+//! store while one is SIGKILLed at an end, at a park or during resumes — every job ends exactly
+//! once, each step of its log is there once and in order, the survivor loses no lease, and a
+//! parked job stays untouched.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use maestro::engine::{Answer, JobEvent, JobStatus};
 use maestro::plugin::{Resume, SubtaskStatus};
-use maestro::store::{JobStore, SqliteStore};
+use maestro::store::JobStore;
+
 mod common;
+mod worker_support;
 
-use maestro_plugins as artifacts;
-
-const PIECES: &[(&str, &str)] = &[
-    (
-        "delegate.yaml",
-        "name: delegate\ninitial_movement: gather\nmax_movements: 4\nmovements:\n  - name: gather\n    instructions: Delegate the sub-questions to subtasks.\n    tools: [SpawnSubTask]\n    rules:\n      - condition: Subtasks were started.\n        next: WAIT_SUBTASKS\n    default_next: write\n  - name: write\n    instructions: Write the report from the subtasks' results.\n    tools: [complete]\n    default_next: COMPLETE\n",
-    ),
-    (
-        "child.yaml",
-        "name: child\ninitial_movement: answer\nmax_movements: 1\nmovements:\n  - name: answer\n    instructions: Answer the sub-question.\n    tools: [complete]\n",
-    ),
-    (
-        "slow.yaml",
-        "name: slow\ninitial_movement: work\nmax_movements: 1\nmovements:\n  - name: work\n    instructions: Work, slowly.\n    tools: [sleep, complete]\n",
-    ),
-    (
-        "ask.yaml",
-        "name: ask\ninitial_movement: ask\nmax_movements: 1\nmovements:\n  - name: ask\n    instructions: Ask the user.\n    tools: [complete]\n",
-    ),
-];
-
-const SCRIPT: &str = r#"
-conversations:
-  - input_contains: "sub A"
-    turns:
-      - tool_calls: [{ name: complete, arguments: { status: done, summary: "A found 3 sources" } }]
-  - input_contains: "sub B"
-    turns:
-      - tool_calls: [{ name: complete, arguments: { status: aborted, summary: "B: the site is down" } }]
-  - input_contains: "slow"
-    turns:
-      - tool_calls: [{ name: sleep, arguments: { ms: 300 } }]
-      - tool_calls: [{ name: sleep, arguments: { ms: 300 } }]
-      - tool_calls: [{ name: complete, arguments: { status: done, summary: "slow job done" } }]
-  - input_contains: "nobody answers"
-    turns:
-      - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Anyone?" } }]
-      - tool_calls: [{ name: complete, arguments: { status: done, summary: "no answer came in time" } }]
-  - input_contains: "question"
-    turns:
-      - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Which one?" } }]
-turns:
-  - tool_calls:
-      - { name: SpawnSubTask, arguments: { piece: child, input: "sub A: find sources" } }
-      - { name: SpawnSubTask, arguments: { piece: child, input: "sub B: check the site" } }
-  - tool_calls: [{ name: transition, arguments: { next: WAIT_SUBTASKS } }]
-  - tool_calls: [{ name: complete, arguments: { status: done, summary: "report from both subtasks" } }]
-"#;
-
-/// A folder with the pieces, the script, a plugin folder (first-party tools and `hostile` for
-/// its `sleep`) and a policy that lets SpawnSubTask spawn.
-struct Workspace {
-    dir: tempfile::TempDir,
-}
-
-impl Workspace {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let pieces = dir.path().join("pieces");
-        std::fs::create_dir(&pieces).unwrap();
-        for (name, text) in PIECES {
-            std::fs::write(pieces.join(name), text).unwrap();
-        }
-        std::fs::write(dir.path().join("script.yaml"), SCRIPT).unwrap();
-        let plugins = dir.path().join("plugins");
-        std::fs::create_dir(&plugins).unwrap();
-        for path in artifacts::FIRST_PARTY.iter().chain([&artifacts::HOSTILE]) {
-            let name = Path::new(path).file_name().unwrap();
-            std::fs::copy(path, plugins.join(name)).unwrap();
-        }
-        std::fs::write(
-            dir.path().join("policy.toml"),
-            "[plugins.spawn_subtask]\nspawn_subtasks = true\n",
-        )
-        .unwrap();
-        Self { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = common::maestro_command();
-        command.args(args);
-        command.arg("--store").arg(self.path("jobs.db"));
-        command.arg("--pieces").arg(self.path("pieces"));
-        command
-    }
-
-    fn maestro(&self, args: &[&str]) -> Output {
-        let output = self.command(args).output().unwrap();
-        assert!(
-            output.status.success(),
-            "maestro {args:?} failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        output
-    }
-
-    fn start(&self, piece: &str, input: &str) -> String {
-        let output = self.maestro(&["jobs", "start", piece, "--input", input]);
-        String::from_utf8(output.stdout).unwrap().trim().to_owned()
-    }
-
-    fn worker(&self, extra: &[&str]) -> Command {
-        let script = format!("scripted:{}", self.path("script.yaml").display());
-        let plugins = self.path("plugins").display().to_string();
-        let policy = self.path("policy.toml").display().to_string();
-        let mut args = vec![
-            "work",
-            "--model",
-            &script,
-            "--plugins",
-            &plugins,
-            "--policy",
-            &policy,
-        ];
-        args.extend_from_slice(extra);
-        let mut command = self.command(&args);
-        command.stdout(Stdio::null()).stderr(Stdio::piped());
-        command
-    }
-
-    fn store(&self) -> SqliteStore {
-        SqliteStore::open(self.path("jobs.db")).unwrap()
-    }
-}
-
-fn finish(child: Child, deadline: Duration) -> Output {
-    let started = Instant::now();
-    let mut child = child;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if started.elapsed() > deadline {
-            child.kill().unwrap();
-            let output = child.wait_with_output().unwrap();
-            panic!(
-                "the worker did not finish in {deadline:?}:\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use worker_support::{Workspace, finish};
 
 #[test]
 fn subtasks_run_as_jobs_and_the_parent_resumes_at_default_next_with_their_results() {
@@ -226,87 +82,228 @@ fn subtasks_run_as_jobs_and_the_parent_resumes_at_default_next_with_their_result
     }
 }
 
-#[test]
-fn a_worker_killed_mid_batch_loses_nothing_and_nothing_ends_twice() {
-    let workspace = Workspace::new();
-    // The questions first: runners take the oldest job first, so they park at once.
-    let asking: Vec<String> = (0..2)
-        .map(|n| workspace.start("ask", &format!("a question {n}")))
-        .collect();
-    // 32 jobs of 0.6 s on 4 runners: the kill has seconds to land mid-batch, even when this
-    // test's polling thread is starved.
-    let slow: Vec<String> = (0..32)
-        .map(|n| workspace.start("slow", &format!("slow job {n}")))
-        .collect();
+/// Where the first worker is killed in one run of the crash test.
+#[derive(Debug, Clone, Copy)]
+enum KillPoint {
+    /// Just after a job of its finished: before or during the save of its end.
+    AtAnEnd,
+    /// Just after a job of its parked: before or during the save of the park.
+    AtAPark,
+    /// Just after the parked jobs were answered: while they are taken up and resumed.
+    AtTheResumes,
+}
 
-    // First worker: parks the questions, starts the batch, and is killed in the middle of it.
-    let mut first = workspace
-        .worker(&["--runners", "4", "--lease-ms", "1000"])
-        .spawn()
-        .unwrap();
-    let store = workspace.store();
-    let started = Instant::now();
-    loop {
-        let completed = store.list(Some(JobStatus::Completed), 100).unwrap().len();
-        let running = store.list(Some(JobStatus::Running), 100).unwrap().len();
-        let parked = store
-            .list(Some(JobStatus::WaitingHuman), 100)
-            .unwrap()
-            .len();
-        if completed >= 2 && running >= 1 && parked == asking.len() {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the batch never got going: {completed} completed, {running} running"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+/// A small generator for the kill delays; the seed is printed so a failing run can be replayed
+/// (`MAESTRO_CRASH_SEED`).
+struct Delays(u64);
+
+impl Delays {
+    fn next_ms(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
     }
-    first.kill().unwrap(); // SIGKILL
-    first.wait().unwrap();
-    let interrupted = store.list(Some(JobStatus::Running), 100).unwrap().len();
-    assert!(interrupted >= 1, "the kill must catch jobs mid-run");
-    let parked_before: Vec<usize> = asking
-        .iter()
-        .map(|id| store.events(id, 0).unwrap().len())
-        .collect();
+}
 
-    // Second worker: takes the dead worker's jobs once their leases expire, runs the rest.
-    let second = workspace
-        .worker(&["--runners", "4", "--lease-ms", "1000", "--until-idle"])
-        .spawn()
-        .unwrap();
-    let output = finish(second, Duration::from_secs(90));
+fn assert_each_step_once_in_order(id: &str, events: &[maestro::store::StoredEvent]) {
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{id}");
+    let log: Vec<&JobEvent> = events.iter().map(|e| &e.event).collect();
     assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+        matches!(log.first(), Some(JobEvent::Started { .. })),
+        "{id}: {log:?}"
     );
-
-    for id in &slow {
-        let (state, status) = store.load(id).unwrap();
-        assert_eq!(status, JobStatus::Completed, "{id}: {state:?}");
-        let events = store.events(id, 0).unwrap();
-        let ends = events
-            .iter()
-            .filter(|e| matches!(e.event, JobEvent::Finished { .. }))
-            .count();
-        assert_eq!(ends, 1, "{id} ended {ends} times");
-        let starts = events
-            .iter()
-            .filter(|e| matches!(e.event, JobEvent::Started { .. }))
-            .count();
-        assert_eq!(starts, 1, "{id} started {starts} times in its log");
-        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    assert!(
+        matches!(
+            log.last(),
+            Some(JobEvent::Finished {
+                status: JobStatus::Completed,
+                ..
+            })
+        ),
+        "{id}: {log:?}"
+    );
+    let count = |what: fn(&JobEvent) -> bool| log.iter().filter(|e| what(e)).count();
+    assert_eq!(
+        count(|e| matches!(e, JobEvent::Started { .. })),
+        1,
+        "{id}: {log:?}"
+    );
+    assert_eq!(
+        count(|e| matches!(e, JobEvent::Finished { .. })),
+        1,
+        "{id}: {log:?}"
+    );
+    // Every call is answered once, right after it, and no call is made twice.
+    let mut calls = std::collections::BTreeSet::new();
+    for (index, event) in log.iter().enumerate() {
+        if let JobEvent::ToolCalled { call_id, tool, .. } = event {
+            assert!(
+                calls.insert(call_id.clone()),
+                "{id}: {call_id} twice: {log:?}"
+            );
+            if tool != "complete" {
+                assert!(
+                    matches!(log.get(index + 1), Some(JobEvent::ToolAnswered { call_id: answered, .. }) if answered == call_id),
+                    "{id}: {call_id} unanswered: {log:?}"
+                );
+            }
+        }
     }
-    for (id, before) in asking.iter().zip(parked_before) {
-        let (_, status) = store.load(id).unwrap();
-        assert_eq!(status, JobStatus::WaitingHuman, "{id} stays parked");
+}
+
+#[test]
+fn two_workers_on_one_store_one_killed_at_random_points_lose_nothing_and_repeat_nothing() {
+    let seed = std::env::var("MAESTRO_CRASH_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("crash test seed: {seed} (MAESTRO_CRASH_SEED replays it)");
+    let mut delays = Delays(seed);
+    for point in [
+        KillPoint::AtAnEnd,
+        KillPoint::AtAPark,
+        KillPoint::AtTheResumes,
+    ] {
+        let workspace = Workspace::new();
+        let store = workspace.store();
+        let answered: Vec<String> = (0..2)
+            .map(|n| workspace.start("ask", &format!("a crash question {n}")))
+            .collect();
+        let unanswered = workspace.start("ask", "a question nobody answers");
+        // Each job runs 1.2 s against a 600 ms lease: a job whose lease were not renewed would
+        // be taken by the other worker mid-run, and its first run's save refused.
+        let jobs: Vec<String> = (0..8)
+            .map(|n| workspace.start("slow", &format!("crash job {n}")))
+            .collect();
+        let lease = ["--runners", "2", "--lease-ms", "600"];
+        let mut victim = workspace.worker(&lease).spawn().unwrap();
+        // Both run from the start, but for the park: the first to start takes the questions
+        // (the oldest jobs), so the survivor joins once the victim has parked one.
+        let mut survivor = match point {
+            KillPoint::AtAPark => None,
+            _ => Some(workspace.worker(&lease).spawn().unwrap()),
+        };
+        let (lines, said) = std::sync::mpsc::channel::<String>();
+        let stderr = victim.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+                let Ok(line) = line else { break };
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let victim_says = |what: &str| loop {
+            let line = said
+                .recv_timeout(Duration::from_secs(120))
+                .unwrap_or_else(|_| panic!("{point:?}: the first worker never said {what:?}"));
+            if line.contains(what) {
+                break;
+            }
+        };
+        match point {
+            KillPoint::AtAnEnd => victim_says(": completed: "),
+            KillPoint::AtAPark => {
+                victim_says(": parked waiting_human");
+                survivor = Some(workspace.worker(&lease).spawn().unwrap());
+            }
+            KillPoint::AtTheResumes => {
+                let parked = || {
+                    answered
+                        .iter()
+                        .all(|id| store.load(id).unwrap().1 == JobStatus::WaitingHuman)
+                };
+                let started = Instant::now();
+                while !parked() {
+                    assert!(started.elapsed() < Duration::from_secs(120), "never parked");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+        if matches!(point, KillPoint::AtTheResumes) {
+            for id in &answered {
+                store
+                    .answer(id, &Answer::Resume(Resume::Answered("yes".into())), None)
+                    .unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(delays.next_ms(40)));
+        victim.kill().unwrap(); // SIGKILL
+        victim.wait().unwrap();
+        if !matches!(point, KillPoint::AtTheResumes) {
+            let started = Instant::now();
+            while !answered
+                .iter()
+                .all(|id| store.load(id).unwrap().1 == JobStatus::WaitingHuman)
+            {
+                assert!(started.elapsed() < Duration::from_secs(120), "never parked");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            for id in &answered {
+                store
+                    .answer(id, &Answer::Resume(Resume::Answered("yes".into())), None)
+                    .unwrap();
+            }
+        }
+        let parked_events = loop {
+            if store.load(&unanswered).unwrap().1 == JobStatus::WaitingHuman {
+                break store.events(&unanswered, 0).unwrap().len();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+
+        // The survivor takes the dead worker's jobs as their leases run out and ends the rest.
+        let started = Instant::now();
+        while !jobs
+            .iter()
+            .chain(&answered)
+            .all(|id| store.load(id).unwrap().1.is_final())
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "{point:?} (seed {seed}): jobs never ended"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let survivor = survivor.unwrap();
+        let stopped = Command::new("kill")
+            .args(["-s", "INT", &survivor.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(stopped.success());
+        let output = finish(survivor, Duration::from_secs(60));
+        let report = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{report}");
+        assert!(
+            report.contains(" run(s), 0 lost lease(s)"),
+            "{point:?} (seed {seed}): the survivor renewed every lease it held:\n{report}"
+        );
+        for id in jobs.iter().chain(&answered) {
+            assert_each_step_once_in_order(id, &store.events(id, 0).unwrap());
+        }
+        for id in &answered {
+            let log = store.events(id, 0).unwrap();
+            let parks = log
+                .iter()
+                .filter(|e| matches!(e.event, JobEvent::Parked { .. }));
+            let resumes = log
+                .iter()
+                .filter(|e| matches!(e.event, JobEvent::Resumed { .. }));
+            assert_eq!((parks.count(), resumes.count()), (1, 1), "{id}: {log:?}");
+        }
+        assert_eq!(store.load(&unanswered).unwrap().1, JobStatus::WaitingHuman);
         assert_eq!(
-            store.events(id, 0).unwrap().len(),
-            before,
-            "{id} was not touched"
+            store.events(&unanswered, 0).unwrap().len(),
+            parked_events,
+            "a parked job is not touched"
         );
     }
 }

@@ -1,0 +1,196 @@
+//! Cancelling as the README promises it, with real processes: a job a worker is running stops
+//! at its next step, a cancel reaches the job's open subtasks, and Ctrl-C on `maestro run`
+//! cancels the job it runs. Each test waits for the state it acts on (a job running, a child
+//! parked, a tool called), never for a time.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use maestro::engine::{JobEvent, JobStatus};
+use maestro::store::{JobStore, SqliteStore};
+use serde_json::Value;
+
+mod common;
+mod worker_support;
+
+use worker_support::Workspace;
+
+/// What the engine saves as the result of a job it stopped for a cancel.
+const STOPPED: &str = "cancelled by a user or operator";
+
+/// Polls until `ready` holds; the bound only keeps a broken build from hanging the suite.
+fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "never happened: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn status(store: &SqliteStore, id: &str) -> JobStatus {
+    store.load(id).unwrap().1
+}
+
+fn log(store: &SqliteStore, id: &str) -> Vec<JobEvent> {
+    store
+        .events(id, 0)
+        .unwrap()
+        .into_iter()
+        .map(|stored| stored.event)
+        .collect()
+}
+
+fn calls_of(log: &[JobEvent], name: &str) -> usize {
+    log.iter()
+        .filter(|event| matches!(event, JobEvent::ToolCalled { tool, .. } if tool == name))
+        .count()
+}
+
+/// The job ended cancelled by its runner, which stopped between steps: the work it had left
+/// (five one-second sleeps, then `complete`) was not done.
+fn stopped_by_its_runner(store: &SqliteStore, id: &str) {
+    let (state, status) = store.load(id).unwrap();
+    assert_eq!(status, JobStatus::Cancelled, "{state:?}");
+    assert_eq!(state.result.as_deref(), Some(STOPPED));
+    let log = log(store, id);
+    assert!(
+        matches!(log.last(), Some(JobEvent::Finished { status: JobStatus::Cancelled, detail }) if detail == STOPPED),
+        "{log:?}"
+    );
+    assert!(calls_of(&log, "sleep") < 5, "it stopped early: {log:?}");
+    assert_eq!(calls_of(&log, "complete"), 0, "{log:?}");
+}
+
+#[test]
+fn cancelling_a_job_a_worker_is_running_stops_it_at_its_next_step() {
+    let workspace = Workspace::new();
+    let id = workspace.start("slow", "a long job");
+    // A short lease: the runner renews it (and hears of the cancel) every 200 ms.
+    let mut worker = workspace
+        .worker(&["--runners", "1", "--lease-ms", "600"])
+        .spawn()
+        .unwrap();
+    let store = workspace.store();
+    wait_until("the job runs", || status(&store, &id) == JobStatus::Running);
+
+    let output = workspace.on_the_store(&["jobs", "cancel", &id]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        said.starts_with(&format!(
+            "{id} is running: its runner stops it at the next step"
+        )),
+        "{said}"
+    );
+    wait_until("the runner stops the job", || {
+        status(&store, &id) == JobStatus::Cancelled
+    });
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    stopped_by_its_runner(&store, &id);
+}
+
+#[test]
+fn cancelling_a_parent_cancels_its_open_subtasks() {
+    let workspace = Workspace::new();
+    let parent = workspace.start("delegate", "fan out to a child that asks");
+    let worker = workspace
+        .worker(&["--runners", "2", "--until-idle"])
+        .spawn()
+        .unwrap();
+    let output = worker_support::finish(worker, Duration::from_secs(90));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let store = workspace.store();
+    assert_eq!(status(&store, &parent), JobStatus::WaitingSubtasks);
+    let children = store.children(&parent).unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    let child = children[0].clone();
+    assert_eq!(status(&store, &child), JobStatus::WaitingHuman);
+
+    let output = workspace.on_the_store(&["jobs", "cancel", &parent, "--reason", "not needed"]);
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        format!("cancelled {parent} (and its open subtasks)")
+    );
+    let (state, status_now) = store.load(&parent).unwrap();
+    assert_eq!(
+        (status_now, state.result.as_deref()),
+        (JobStatus::Cancelled, Some("not needed"))
+    );
+    let (state, status_now) = store.load(&child).unwrap();
+    assert_eq!(
+        (status_now, state.result.as_deref()),
+        (JobStatus::Cancelled, Some("its parent job was cancelled"))
+    );
+    assert!(matches!(
+        log(&store, &child).last(),
+        Some(JobEvent::Finished {
+            status: JobStatus::Cancelled,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn ctrl_c_on_maestro_run_cancels_the_job_at_its_next_step() {
+    let workspace = Workspace::new();
+    let script = format!("scripted:{}", workspace.path("script.yaml").display());
+    let plugins = workspace.path("plugins").display().to_string();
+    let policy = workspace.path("policy.toml").display().to_string();
+    let mut run = workspace
+        .command(&[
+            "run",
+            "slow",
+            "--input",
+            "a long job",
+            "--json",
+            "--model",
+            &script,
+            "--plugins",
+            &plugins,
+            "--policy",
+            &policy,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // Every step is a line as it happens: the interrupt comes while the first sleep runs.
+    let mut steps = BufReader::new(run.stdout.take().unwrap()).lines();
+    let job = loop {
+        let line = steps
+            .next()
+            .expect("the run printed a tool call before it ended")
+            .unwrap();
+        let step: Value = serde_json::from_str(&line).unwrap();
+        if step["event"]["event"] == "tool_called" && step["event"]["tool"] == "sleep" {
+            break step["job"].as_str().unwrap().to_owned();
+        }
+    };
+    let sent = std::process::Command::new("kill")
+        .args(["-s", "INT", &run.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    for line in steps {
+        line.unwrap();
+    }
+    let output = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "interrupted: cancelling the job at its next step (Ctrl-C again to quit now)"
+        ),
+        "{stderr}"
+    );
+    stopped_by_its_runner(&workspace.store(), &job);
+}

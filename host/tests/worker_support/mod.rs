@@ -1,0 +1,200 @@
+//! A folder for the tests of `maestro work` and `maestro run` as processes: pieces (a
+//! delegating parent, a child, a slow worker, a question), a scripted model, a plugin folder
+//! (the first-party tools and `hostile` for its `sleep`) and a policy that lets SpawnSubTask
+//! spawn; and a bounded wait for a process to end.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use maestro::store::SqliteStore;
+
+use crate::common;
+use maestro_plugins as artifacts;
+
+pub const PIECES: &[(&str, &str)] = &[
+    (
+        "delegate.yaml",
+        "name: delegate\ninitial_movement: gather\nmax_movements: 4\nmovements:\n  - name: gather\n    instructions: Delegate the sub-questions to subtasks.\n    tools: [SpawnSubTask]\n    rules:\n      - condition: Subtasks were started.\n        next: WAIT_SUBTASKS\n    default_next: write\n  - name: write\n    instructions: Write the report from the subtasks' results.\n    tools: [complete]\n    default_next: COMPLETE\n",
+    ),
+    (
+        "child.yaml",
+        "name: child\ninitial_movement: answer\nmax_movements: 1\nmovements:\n  - name: answer\n    instructions: Answer the sub-question.\n    tools: [complete]\n",
+    ),
+    (
+        "slow.yaml",
+        "name: slow\ninitial_movement: work\nmax_movements: 1\nmovements:\n  - name: work\n    instructions: Work, slowly.\n    tools: [sleep, complete]\n",
+    ),
+    (
+        "ask.yaml",
+        "name: ask\ninitial_movement: ask\nmax_movements: 1\nmovements:\n  - name: ask\n    instructions: Ask the user.\n    tools: [complete]\n",
+    ),
+];
+
+pub const SCRIPT: &str = r#"
+conversations:
+  - input_contains: "sub A"
+    turns:
+      - tool_calls: [{ name: complete, arguments: { status: done, summary: "A found 3 sources" } }]
+  - input_contains: "sub B"
+    turns:
+      - tool_calls: [{ name: complete, arguments: { status: aborted, summary: "B: the site is down" } }]
+  - input_contains: "slow"
+    turns:
+      - tool_calls: [{ name: sleep, arguments: { ms: 300 } }]
+      - tool_calls: [{ name: sleep, arguments: { ms: 300 } }]
+      - tool_calls: [{ name: complete, arguments: { status: done, summary: "slow job done" } }]
+  - input_contains: "nobody answers"
+    turns:
+      - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Anyone?" } }]
+      - tool_calls: [{ name: complete, arguments: { status: done, summary: "no answer came in time" } }]
+  - input_contains: "crash job"
+    turns:
+      - tool_calls: [{ name: sleep, arguments: { ms: 400 } }]
+      - tool_calls: [{ name: sleep, arguments: { ms: 400 } }]
+      - tool_calls: [{ name: sleep, arguments: { ms: 400 } }]
+      - tool_calls: [{ name: complete, arguments: { status: done, summary: "crash job done" } }]
+  - input_contains: "crash question"
+    turns:
+      - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Go on?" } }]
+      - tool_calls: [{ name: complete, arguments: { status: done, summary: "went on" } }]
+  - input_contains: "long job"
+    turns:
+      - tool_calls: [{ name: sleep, arguments: { ms: 1000 } }]
+      - tool_calls: [{ name: sleep, arguments: { ms: 1000 } }]
+      - tool_calls: [{ name: sleep, arguments: { ms: 1000 } }]
+      - tool_calls: [{ name: sleep, arguments: { ms: 1000 } }]
+      - tool_calls: [{ name: sleep, arguments: { ms: 1000 } }]
+      - tool_calls: [{ name: complete, arguments: { status: done, summary: "long job done" } }]
+  - input_contains: "fan out"
+    turns:
+      - tool_calls: [{ name: SpawnSubTask, arguments: { piece: ask, input: "a question from the parent" } }]
+      - tool_calls: [{ name: transition, arguments: { next: WAIT_SUBTASKS } }]
+  - input_contains: "question"
+    turns:
+      - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: "Which one?" } }]
+turns:
+  - tool_calls:
+      - { name: SpawnSubTask, arguments: { piece: child, input: "sub A: find sources" } }
+      - { name: SpawnSubTask, arguments: { piece: child, input: "sub B: check the site" } }
+  - tool_calls: [{ name: transition, arguments: { next: WAIT_SUBTASKS } }]
+  - tool_calls: [{ name: complete, arguments: { status: done, summary: "report from both subtasks" } }]
+"#;
+
+/// A folder with the pieces, the script, a plugin folder (first-party tools and `hostile` for
+/// its `sleep`) and a policy that lets SpawnSubTask spawn.
+pub struct Workspace {
+    dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let pieces = dir.path().join("pieces");
+        std::fs::create_dir(&pieces).unwrap();
+        for (name, text) in PIECES {
+            std::fs::write(pieces.join(name), text).unwrap();
+        }
+        std::fs::write(dir.path().join("script.yaml"), SCRIPT).unwrap();
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        for path in artifacts::FIRST_PARTY.iter().chain([&artifacts::HOSTILE]) {
+            let name = Path::new(path).file_name().unwrap();
+            std::fs::copy(path, plugins.join(name)).unwrap();
+        }
+        std::fs::write(
+            dir.path().join("policy.toml"),
+            "[plugins.spawn_subtask]\nspawn_subtasks = true\n",
+        )
+        .unwrap();
+        Self { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = common::maestro_command();
+        command.args(args);
+        command.arg("--store").arg(self.path("jobs.db"));
+        command.arg("--pieces").arg(self.path("pieces"));
+        command
+    }
+
+    pub fn maestro(&self, args: &[&str]) -> Output {
+        let output = self.command(args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "maestro {args:?} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    }
+
+    /// A `maestro` command that takes only the store (`jobs cancel`, `jobs show`), which must
+    /// succeed.
+    pub fn on_the_store(&self, args: &[&str]) -> Output {
+        let output = common::maestro_command()
+            .args(args)
+            .arg("--store")
+            .arg(self.path("jobs.db"))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "maestro {args:?} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    }
+
+    pub fn start(&self, piece: &str, input: &str) -> String {
+        let output = self.maestro(&["jobs", "start", piece, "--input", input]);
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    }
+
+    pub fn worker(&self, extra: &[&str]) -> Command {
+        let script = format!("scripted:{}", self.path("script.yaml").display());
+        let plugins = self.path("plugins").display().to_string();
+        let policy = self.path("policy.toml").display().to_string();
+        let mut args = vec![
+            "work",
+            "--model",
+            &script,
+            "--plugins",
+            &plugins,
+            "--policy",
+            &policy,
+        ];
+        args.extend_from_slice(extra);
+        let mut command = self.command(&args);
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
+        command
+    }
+
+    pub fn store(&self) -> SqliteStore {
+        SqliteStore::open(self.path("jobs.db")).unwrap()
+    }
+}
+
+pub fn finish(child: Child, deadline: Duration) -> Output {
+    let started = Instant::now();
+    let mut child = child;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if started.elapsed() > deadline {
+            child.kill().unwrap();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "the worker did not finish in {deadline:?}:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
