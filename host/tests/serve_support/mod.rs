@@ -71,6 +71,15 @@ impl ServerFolder {
         Self { dir, token }
     }
 
+    /// The folder with `policy` (TOML) as the operator's policy file.
+    pub fn with_policy(self, policy: &str) -> Self {
+        std::fs::write(self.path("policy.toml"), policy).unwrap();
+        let config = self.path("maestro.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, format!("policy = \"policy.toml\"\n{text}")).unwrap();
+        self
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
