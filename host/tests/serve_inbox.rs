@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use fantoccini::Locator;
 use serde_json::Value;
 use serve_support::browser::{Chromedriver, browser};
-use serve_support::{APPROVAL_SCRIPT, ServerFolder, TOKEN, TestServer, approval_piece};
+use serve_support::{
+    APPROVAL_SCRIPT, STATE_WAIT, ServerFolder, TOKEN, TestServer, approval_piece,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn approving_on_the_inbox_page_resumes_the_job() {
@@ -35,7 +37,7 @@ async fn approving_on_the_inbox_page_resumes_the_job() {
     page.goto(&server.url(&format!("/#token={TOKEN}")))
         .await
         .unwrap();
-    let wait = || page.wait().at_most(Duration::from_secs(20));
+    let wait = || page.wait().at_most(STATE_WAIT);
 
     let card = wait()
         .for_element(Locator::Css(&format!("article[data-job='{first}']")))
@@ -95,7 +97,7 @@ async fn approving_on_the_inbox_page_resumes_the_job() {
     // The approved job leaves the page; the other one still waits there.
     // The ids are read in one script: a card the page removes between a
     // `find_all` and a later `attr` would be a stale element.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + STATE_WAIT;
     loop {
         let shown = page
             .execute(

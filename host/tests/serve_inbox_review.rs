@@ -6,12 +6,10 @@
 mod common;
 mod serve_support;
 
-use std::time::Duration;
-
 use fantoccini::{Client, Locator};
 use serde_json::json;
 use serve_support::browser::{Chromedriver, browser};
-use serve_support::{ServerFolder, TOKEN, TestServer};
+use serve_support::{STATE_WAIT, ServerFolder, TOKEN, TestServer};
 
 fn server() -> TestServer {
     TestServer::start(ServerFolder::new(
@@ -35,7 +33,7 @@ fn server() -> TestServer {
 /// The job's card once it shows a wait of `kind`.
 async fn card(page: &Client, job: &str, kind: &str) -> fantoccini::elements::Element {
     page.wait()
-        .at_most(Duration::from_secs(30))
+        .at_most(STATE_WAIT)
         .for_element(Locator::Css(&format!(
             "article[data-job='{job}'][data-kind='{kind}']"
         )))
@@ -146,7 +144,7 @@ async fn the_inbox_walks_a_job_from_its_piece_to_its_accepted_report() {
     let wait = job["wait"]["id"].to_string();
     let revised = page
         .wait()
-        .at_most(Duration::from_secs(30))
+        .at_most(STATE_WAIT)
         .for_element(Locator::Css(&format!(
             "article[data-job='{id}'][data-kind='artifact_review'][data-wait='{wait}']"
         )))

@@ -42,7 +42,7 @@ impl Chromedriver {
                      and chromium-driver (.ci/install does)"
                 )
             });
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + super::STATE_WAIT;
         loop {
             let listening = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
             // If chromedriver is gone, whatever answered was another listener.

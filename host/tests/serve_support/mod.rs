@@ -17,6 +17,11 @@ use serde_json::{Value, json};
 
 pub const TOKEN: &str = "test-token-0123456789abcdef";
 
+/// How long a test waits for a state (a job's status, a card on the page) before it calls the
+/// state never reached. Tests wait for states, not for time: this bound only keeps a broken
+/// build from hanging the suite, so it is far above what a loaded machine needs.
+pub const STATE_WAIT: Duration = Duration::from_secs(120);
+
 pub const APPROVAL_SCRIPT: &str = r#"
 turns:
   - text: "The change: rotate the API key of the staging service."
@@ -125,7 +130,7 @@ impl TestServer {
                 lines.lock().unwrap().push(line);
             }
         });
-        let address = match address_rx.recv_timeout(Duration::from_secs(60)) {
+        let address = match address_rx.recv_timeout(STATE_WAIT) {
             Ok(address) => address,
             Err(_) => {
                 let _ = child.kill();
@@ -228,7 +233,7 @@ impl TestServer {
 
     /// Polls the job until `done(job)` holds.
     pub async fn wait_for(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + STATE_WAIT;
         loop {
             let job = self.get(&format!("/v1/jobs/{id}")).await;
             if done(&job) {
