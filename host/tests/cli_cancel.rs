@@ -141,23 +141,8 @@ fn cancelling_a_parent_cancels_its_open_subtasks() {
 #[test]
 fn ctrl_c_on_maestro_run_cancels_the_job_at_its_next_step() {
     let workspace = Workspace::new();
-    let script = format!("scripted:{}", workspace.path("script.yaml").display());
-    let plugins = workspace.path("plugins").display().to_string();
-    let policy = workspace.path("policy.toml").display().to_string();
     let mut run = workspace
-        .command(&[
-            "run",
-            "slow",
-            "--input",
-            "a long job",
-            "--json",
-            "--model",
-            &script,
-            "--plugins",
-            &plugins,
-            "--policy",
-            &policy,
-        ])
+        .engine_command("run", &["slow", "--input", "a long job", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

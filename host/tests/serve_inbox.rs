@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 use fantoccini::Locator;
 use serde_json::Value;
 use serve_support::browser::{Chromedriver, browser};
-use serve_support::{
-    APPROVAL_SCRIPT, STATE_WAIT, ServerFolder, TOKEN, TestServer, approval_piece,
-};
+use serve_support::{APPROVAL_SCRIPT, STATE_WAIT, ServerFolder, TOKEN, TestServer, approval_piece};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn approving_on_the_inbox_page_resumes_the_job() {

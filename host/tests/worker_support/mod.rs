@@ -156,12 +156,13 @@ impl Workspace {
         String::from_utf8(output.stdout).unwrap().trim().to_owned()
     }
 
-    pub fn worker(&self, extra: &[&str]) -> Command {
+    /// `maestro <subcommand>` with the folder's script, plugins and policy, then `extra`.
+    pub fn engine_command(&self, subcommand: &str, extra: &[&str]) -> Command {
         let script = format!("scripted:{}", self.path("script.yaml").display());
         let plugins = self.path("plugins").display().to_string();
         let policy = self.path("policy.toml").display().to_string();
         let mut args = vec![
-            "work",
+            subcommand,
             "--model",
             &script,
             "--plugins",
@@ -170,7 +171,11 @@ impl Workspace {
             &policy,
         ];
         args.extend_from_slice(extra);
-        let mut command = self.command(&args);
+        self.command(&args)
+    }
+
+    pub fn worker(&self, extra: &[&str]) -> Command {
+        let mut command = self.engine_command("work", extra);
         command.stdout(Stdio::null()).stderr(Stdio::piped());
         command
     }
