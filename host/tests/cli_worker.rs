@@ -85,12 +85,12 @@ fn subtasks_run_as_jobs_and_the_parent_resumes_at_default_next_with_their_result
 /// Where the first worker is killed in one run of the crash test.
 #[derive(Debug, Clone, Copy)]
 enum KillPoint {
-    /// Just after a job of its finished: before or during the save of its end.
-    AtAnEnd,
-    /// Just after a job of its parked: before or during the save of the park.
-    AtAPark,
+    /// Just after one of its jobs finished: before or during the save of that end.
+    Ending,
+    /// Just after one of its jobs parked: before or during the save of that park.
+    Parking,
     /// Just after the parked jobs were answered: while they are taken up and resumed.
-    AtTheResumes,
+    Resuming,
 }
 
 /// A small generator for the kill delays; the seed is printed so a failing run can be replayed
@@ -167,11 +167,7 @@ fn two_workers_on_one_store_one_killed_at_random_points_lose_nothing_and_repeat_
         });
     eprintln!("crash test seed: {seed} (MAESTRO_CRASH_SEED replays it)");
     let mut delays = Delays(seed);
-    for point in [
-        KillPoint::AtAnEnd,
-        KillPoint::AtAPark,
-        KillPoint::AtTheResumes,
-    ] {
+    for point in [KillPoint::Ending, KillPoint::Parking, KillPoint::Resuming] {
         let workspace = Workspace::new();
         let store = workspace.store();
         let answered: Vec<String> = (0..2)
@@ -188,7 +184,7 @@ fn two_workers_on_one_store_one_killed_at_random_points_lose_nothing_and_repeat_
         // Both run from the start, but for the park: the first to start takes the questions
         // (the oldest jobs), so the survivor joins once the victim has parked one.
         let mut survivor = match point {
-            KillPoint::AtAPark => None,
+            KillPoint::Parking => None,
             _ => Some(workspace.worker(&lease).spawn().unwrap()),
         };
         let (lines, said) = std::sync::mpsc::channel::<String>();
@@ -210,12 +206,12 @@ fn two_workers_on_one_store_one_killed_at_random_points_lose_nothing_and_repeat_
             }
         };
         match point {
-            KillPoint::AtAnEnd => victim_says(": completed: "),
-            KillPoint::AtAPark => {
+            KillPoint::Ending => victim_says(": completed: "),
+            KillPoint::Parking => {
                 victim_says(": parked waiting_human");
                 survivor = Some(workspace.worker(&lease).spawn().unwrap());
             }
-            KillPoint::AtTheResumes => {
+            KillPoint::Resuming => {
                 let parked = || {
                     answered
                         .iter()
@@ -228,7 +224,7 @@ fn two_workers_on_one_store_one_killed_at_random_points_lose_nothing_and_repeat_
                 }
             }
         }
-        if matches!(point, KillPoint::AtTheResumes) {
+        if matches!(point, KillPoint::Resuming) {
             for id in &answered {
                 store
                     .answer(id, &Answer::Resume(Resume::Answered("yes".into())), None)
@@ -238,7 +234,7 @@ fn two_workers_on_one_store_one_killed_at_random_points_lose_nothing_and_repeat_
         std::thread::sleep(Duration::from_millis(delays.next_ms(40)));
         victim.kill().unwrap(); // SIGKILL
         victim.wait().unwrap();
-        if !matches!(point, KillPoint::AtTheResumes) {
+        if !matches!(point, KillPoint::Resuming) {
             let started = Instant::now();
             while !answered
                 .iter()
