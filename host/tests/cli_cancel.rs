@@ -5,7 +5,6 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use maestro::engine::{JobEvent, JobStatus};
 use maestro::store::{JobStore, SqliteStore};
@@ -14,22 +13,10 @@ use serde_json::Value;
 mod common;
 mod worker_support;
 
-use worker_support::Workspace;
+use worker_support::{Workspace, interrupt, wait_until};
 
 /// What the engine saves as the result of a job it stopped for a cancel.
 const STOPPED: &str = "cancelled by a user or operator";
-
-/// Polls until `ready` holds; the bound only keeps a broken build from hanging the suite.
-fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ready() {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "never happened: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn status(store: &SqliteStore, id: &str) -> JobStatus {
     store.load(id).unwrap().1
@@ -97,16 +84,7 @@ fn cancelling_a_job_a_worker_is_running_stops_it_at_its_next_step() {
 fn cancelling_a_parent_cancels_its_open_subtasks() {
     let workspace = Workspace::new();
     let parent = workspace.start("delegate", "fan out to a child that asks");
-    let worker = workspace
-        .worker(&["--runners", "2", "--until-idle"])
-        .spawn()
-        .unwrap();
-    let output = worker_support::finish(worker, Duration::from_secs(90));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    workspace.work_until_idle(&["--runners", "2"]);
     let store = workspace.store();
     assert_eq!(status(&store, &parent), JobStatus::WaitingSubtasks);
     let children = store.children(&parent).unwrap();
@@ -160,11 +138,7 @@ fn ctrl_c_on_maestro_run_cancels_the_job_at_its_next_step() {
             break step["job"].as_str().unwrap().to_owned();
         }
     };
-    let sent = std::process::Command::new("kill")
-        .args(["-s", "INT", &run.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    interrupt(&run);
     for line in steps {
         line.unwrap();
     }

@@ -4,8 +4,7 @@
 //! once, each step of its log is there once and in order, the survivor loses no lease, and a
 //! parked job stays untouched.
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use maestro::engine::{Answer, JobEvent, JobStatus};
 use maestro::plugin::{Resume, SubtaskStatus};
@@ -14,22 +13,13 @@ use maestro::store::JobStore;
 mod common;
 mod worker_support;
 
-use worker_support::{Workspace, finish};
+use worker_support::{Workspace, finish, interrupt, wait_until};
 
 #[test]
 fn subtasks_run_as_jobs_and_the_parent_resumes_at_default_next_with_their_results() {
     let workspace = Workspace::new();
     let parent = workspace.start("delegate", "Research the market");
-    let worker = workspace
-        .worker(&["--runners", "2", "--until-idle"])
-        .spawn()
-        .unwrap();
-    let output = finish(worker, Duration::from_secs(60));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    workspace.work_until_idle(&["--runners", "2"]);
 
     let store = workspace.store();
     let (state, status) = store.load(&parent).unwrap();
@@ -205,76 +195,45 @@ fn two_workers_on_one_store_one_killed_at_random_points_lose_nothing_and_repeat_
                 break;
             }
         };
+        let answer_once_parked = || {
+            wait_until("the questions park", || {
+                answered
+                    .iter()
+                    .all(|id| store.load(id).unwrap().1 == JobStatus::WaitingHuman)
+            });
+            for id in &answered {
+                store
+                    .answer(id, &Answer::Resume(Resume::Answered("yes".into())), None)
+                    .unwrap();
+            }
+        };
         match point {
             KillPoint::Ending => victim_says(": completed: "),
             KillPoint::Parking => {
                 victim_says(": parked waiting_human");
                 survivor = Some(workspace.worker(&lease).spawn().unwrap());
             }
-            KillPoint::Resuming => {
-                let parked = || {
-                    answered
-                        .iter()
-                        .all(|id| store.load(id).unwrap().1 == JobStatus::WaitingHuman)
-                };
-                let started = Instant::now();
-                while !parked() {
-                    assert!(started.elapsed() < Duration::from_secs(120), "never parked");
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        }
-        if matches!(point, KillPoint::Resuming) {
-            for id in &answered {
-                store
-                    .answer(id, &Answer::Resume(Resume::Answered("yes".into())), None)
-                    .unwrap();
-            }
+            KillPoint::Resuming => answer_once_parked(),
         }
         std::thread::sleep(Duration::from_millis(delays.next_ms(40)));
         victim.kill().unwrap(); // SIGKILL
         victim.wait().unwrap();
         if !matches!(point, KillPoint::Resuming) {
-            let started = Instant::now();
-            while !answered
-                .iter()
-                .all(|id| store.load(id).unwrap().1 == JobStatus::WaitingHuman)
-            {
-                assert!(started.elapsed() < Duration::from_secs(120), "never parked");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            for id in &answered {
-                store
-                    .answer(id, &Answer::Resume(Resume::Answered("yes".into())), None)
-                    .unwrap();
-            }
+            answer_once_parked();
         }
-        let parked_events = loop {
-            if store.load(&unanswered).unwrap().1 == JobStatus::WaitingHuman {
-                break store.events(&unanswered, 0).unwrap().len();
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        wait_until("the unanswered question parks", || {
+            store.load(&unanswered).unwrap().1 == JobStatus::WaitingHuman
+        });
+        let parked_events = store.events(&unanswered, 0).unwrap().len();
 
         // The survivor takes the dead worker's jobs as their leases run out and ends the rest.
-        let started = Instant::now();
-        while !jobs
-            .iter()
-            .chain(&answered)
-            .all(|id| store.load(id).unwrap().1.is_final())
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "{point:?} (seed {seed}): jobs never ended"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(&format!("{point:?} (seed {seed}): every job ends"), || {
+            jobs.iter()
+                .chain(&answered)
+                .all(|id| store.load(id).unwrap().1.is_final())
+        });
         let survivor = survivor.unwrap();
-        let stopped = Command::new("kill")
-            .args(["-s", "INT", &survivor.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(stopped.success());
+        interrupt(&survivor);
         let output = finish(survivor, Duration::from_secs(60));
         let report = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{report}");
@@ -308,16 +267,7 @@ fn two_workers_on_one_store_one_killed_at_random_points_lose_nothing_and_repeat_
 fn a_wait_with_an_expiry_resumes_with_expired() {
     let workspace = Workspace::new();
     let id = workspace.start("ask", "a question nobody answers");
-    let worker = workspace
-        .worker(&["--wait-expiry-ms", "300", "--until-idle"])
-        .spawn()
-        .unwrap();
-    let output = finish(worker, Duration::from_secs(60));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    workspace.work_until_idle(&["--wait-expiry-ms", "300"]);
     let store = workspace.store();
     let (state, status) = store.load(&id).unwrap();
     assert_eq!(status, JobStatus::Completed, "{state:?}");

@@ -180,9 +180,43 @@ impl Workspace {
         command
     }
 
+    /// Runs `maestro work --until-idle` with `extra` to its end, which must be a success.
+    pub fn work_until_idle(&self, extra: &[&str]) -> Output {
+        let mut args = extra.to_vec();
+        args.push("--until-idle");
+        let output = finish(self.worker(&args).spawn().unwrap(), Duration::from_secs(90));
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    }
+
     pub fn store(&self) -> SqliteStore {
         SqliteStore::open(self.path("jobs.db")).unwrap()
     }
+}
+
+/// Polls until `ready` holds; the bound only keeps a broken build from hanging the suite.
+pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "never happened: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends SIGINT (what Ctrl-C sends) to `child`.
+pub fn interrupt(child: &Child) {
+    let sent = Command::new("kill")
+        .args(["-s", "INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
 }
 
 pub fn finish(child: Child, deadline: Duration) -> Output {
