@@ -169,6 +169,12 @@ pub struct StartJob {
 
 impl RequestBody for StartJob {}
 
+/// The `POST` routes [`check_request_body`] knows, by the names it takes.
+pub const ROUTES_WITH_BODIES: [&str; 11] = [
+    "jobs", "answer", "login", "approve", "deny", "cancel", "choose", "intake", "accept", "reject",
+    "revise",
+];
+
 /// Parses and checks `bytes` as the body of the `POST` route named `route` (`jobs` for
 /// `/v1/jobs`, else the last segment of `/v1/jobs/{id}/…`), as the route does; `None` for a
 /// route that takes no body. For the fuzz targets.
@@ -222,5 +228,8 @@ mod tests {
         let unknown = check_request_body("approve", br#"{"wait":1,"extra":0}"#).unwrap();
         assert!(unknown.unwrap_err().contains("unknown field `extra`"));
         assert_eq!(check_request_body("artifacts", b"{}"), None);
+        for route in ROUTES_WITH_BODIES {
+            assert!(check_request_body(route, b"{}").is_some(), "{route}");
+        }
     }
 }

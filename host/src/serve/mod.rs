@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 
 pub use api::{ApiError, AppState, router};
 pub use auth::{Auth, Scope, Token};
-pub use bodies::check_request_body;
+pub use bodies::{ROUTES_WITH_BODIES, check_request_body};
 pub use guard::Guard;
 pub use live::{Hub, Notice};
 pub use plugins::{Change, FailureSource, LoadFailure, PluginHost, PluginStatus, ServingState};
