@@ -2,7 +2,8 @@
 //! while jobs call it through a running `maestro serve`. No call fails, every call is answered
 //! by a version that was written, the calls of one run never mix versions, and once the folder
 //! settles the last version answers. And a parked call keeps its version: it resumes after its
-//! plugin was removed from the folder, and after a restart too (from the archive).
+//! plugin was removed from the folder or replaced by another version, and after a restart too
+//! (from the archive).
 
 mod common;
 mod serve_support;
@@ -236,4 +237,80 @@ async fn a_parked_call_resumes_on_its_version_after_removal_and_restart() {
         !log.contains("cannot resume"),
         "the parked call's version was restored from the archive:\n{log}"
     );
+}
+
+const STAMP_ASK_PIECE: &str = "name: stamp_ask\ninitial_movement: ask\nmax_movements: 1\nmovements:\n  - name: ask\n    instructions: Ask StampAsk, then complete.\n    tools: [StampAsk, complete]\n";
+
+const STAMP_ASK_SCRIPT: &str = r#"
+turns:
+  - tool_calls: [{ name: StampAsk, arguments: {} }]
+  - tool_calls: [{ name: complete, arguments: { status: done, summary: "stamped" } }]
+"#;
+
+/// The answers StampAsk gave a job, in order.
+fn stamp_ask_answers(store: &SqliteStore, id: &str) -> Vec<String> {
+    store
+        .events(id, 0)
+        .unwrap()
+        .into_iter()
+        .filter_map(|stored| match stored.event {
+            JobEvent::ToolAnswered {
+                tool,
+                content,
+                is_error: false,
+                ..
+            } if tool == "StampAsk" => Some(content),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parked_call_resumes_on_its_exact_version_after_its_plugin_file_is_replaced() {
+    let folder = ServerFolder::new(
+        &[("stamp_ask.yaml", STAMP_ASK_PIECE)],
+        STAMP_ASK_SCRIPT,
+        &[maestro_plugins::COMPLETE],
+        false,
+    );
+    let plugin = folder.path("plugins/stamp.wasm");
+    std::fs::write(&plugin, maestro_examples::stamp_version(1)).unwrap();
+    let server = TestServer::start(folder);
+    let parked = |job: &Value| job["status"] == "waiting_human";
+    let before = server.start_job("stamp_ask", "parked on version 1").await;
+    server.wait_for(&before, "parked", parked).await;
+
+    // Version 2 replaces the file (by rename, as an installer does) and becomes the serving one.
+    let replacement = maestro_examples::stamp_version(2);
+    let replacement_hash = maestro::plugin::content_hash(&replacement);
+    let staging = server.folder.path("stamp.staging");
+    std::fs::write(&staging, &replacement).unwrap();
+    std::fs::rename(&staging, &plugin).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stamp = server.plugin("stamp").await;
+        if stamp["content_hash"] == replacement_hash.as_str() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never replaced: {stamp}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = server.start_job("stamp_ask", "parked on version 2").await;
+    server.wait_for(&after, "parked", parked).await;
+
+    for id in [&before, &after] {
+        let (status, body) = server
+            .post(
+                &format!("/v1/jobs/{id}/answer"),
+                serde_json::json!({ "text": "any" }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let store = SqliteStore::open(server.folder.path("jobs.db")).unwrap();
+    for (id, version) in [(&before, "stamp-v001"), (&after, "stamp-v002")] {
+        let done = server.wait_for(id, "ended", has_ended).await;
+        assert_eq!(done["status"], "completed", "{done}\n{}", server.log());
+        assert_eq!(stamp_ask_answers(&store, id), [version], "job {id}");
+    }
 }
