@@ -63,6 +63,29 @@ async fn every_call_runs_in_a_fresh_instance_that_sees_nothing_an_earlier_call_l
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_fresh_instance_reads_none_of_the_bytes_an_earlier_call_left_in_its_reused_memory() {
+    // Calls one after another take the same slot of the pooling allocator, whose memory is
+    // reset in place (kept resident): the reset is what stands between two calls.
+    let hostile = load(artifacts::HOSTILE, PluginPolicy::default()).await;
+    let mark = json!({"mark": "left behind by an earlier call"});
+    for round in 0..3 {
+        let scanned = output_json(&call(&hostile, "scan_memory", mark.clone()).await.unwrap());
+        assert_eq!(scanned["found"], 0, "round {round}: {scanned}");
+    }
+    // The control: in one instance kept across calls, the second call finds what the first
+    // wrote, in the pages it grew and in its heap.
+    let mut warm = hostile.warm_instance().await.unwrap();
+    let arguments = mark.to_string();
+    let first = output_json(&warm.invoke("scan_memory", &arguments).await.unwrap());
+    assert_eq!(first["found"], 0, "{first}");
+    let second = output_json(&warm.invoke("scan_memory", &arguments).await.unwrap());
+    assert!(
+        second["found"].as_u64().unwrap() > 8192,
+        "the first call's pages and heap block are seen: {second}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn infinite_loop_hits_the_cpu_limit() {
     let hostile = load_with_toml(artifacts::HOSTILE, "[plugins.hostile]\ncpu_ms = 200\n").await;
     let started = std::time::Instant::now();

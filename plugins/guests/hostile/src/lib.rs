@@ -124,6 +124,57 @@ fn remember(text: String) -> Outcome {
 }
 
 #[derive(Deserialize)]
+struct MarkArgs {
+    mark: String,
+}
+
+/// Grows the linear memory by 4 pages, counts the copies of `mark`'s bytes inverted
+/// (`!byte`, so the argument itself never matches) anywhere in it, then writes such copies all
+/// over the new pages and a leaked heap block: what a reused, unreset memory would show the
+/// next call. Returns the copies found and the memory's size in pages.
+fn scan_memory(mark: &str) -> Result<Outcome, ToolError> {
+    let mark = mark.as_bytes();
+    if mark.len() < 8 {
+        return Err(ToolError::new("`mark` needs at least 8 bytes", false));
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        use core::arch::wasm32::{memory_grow, memory_size};
+        const SCAN_PAGES: usize = 4;
+        let first_new_page = memory_grow(0, SCAN_PAGES);
+        if first_new_page == usize::MAX {
+            return Err(ToolError::new("memory.grow failed", false));
+        }
+        let end = memory_size(0) * 65536;
+        let byte = |at: usize| unsafe { std::ptr::read_volatile(at as *const u8) };
+        let mut found = 0u64;
+        for start in 8..end - mark.len() {
+            if (0..mark.len()).all(|k| byte(start + k) == !mark[k]) {
+                found += 1;
+            }
+        }
+        let fill = |from: usize, len: usize| {
+            for at in 0..len {
+                unsafe { std::ptr::write_volatile((from + at) as *mut u8, !mark[at % mark.len()]) }
+            }
+        };
+        fill(first_new_page * 65536, SCAN_PAGES * 65536);
+        let block = vec![0u8; 64 << 10].leak();
+        fill(block.as_mut_ptr() as usize, block.len());
+        Ok(output_json(
+            &json!({"found": found, "pages": memory_size(0)}),
+        ))
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        Err(ToolError::new(
+            "scan_memory reads a wasm linear memory",
+            false,
+        ))
+    }
+}
+
+#[derive(Deserialize)]
 struct SpawnManyArgs {
     piece: String,
     count: u32,
@@ -360,6 +411,12 @@ impl Guest for Hostile {
                  the text an earlier call kept, if this instance has one.",
                 object(json!({"text": string()})),
             ),
+            spec(
+                "scan_memory",
+                "Counts the copies of `mark` (inverted) in its whole linear memory, then \
+                 writes such copies over new pages and a heap block.",
+                object(json!({"mark": string()})),
+            ),
         ]
     }
 
@@ -448,6 +505,7 @@ impl Guest for Hostile {
             }
             "hold" => hold(&parse_args::<HoldArgs>(&call)?),
             "remember" => Ok(remember(parse_args::<RememberArgs>(&call)?.text)),
+            "scan_memory" => scan_memory(&parse_args::<MarkArgs>(&call)?.mark),
             _ => Err(ToolError::unknown_tool(&call)),
         }
     }
