@@ -31,6 +31,8 @@ use maestro_benches::{cpu_time, median, rate_with_range};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+maestro_benches::allocate_like_maestro!();
+
 /// Cycles per round, shared by the clients.
 const CYCLES: usize = 3_000;
 /// Each worker size is measured this many times, on a fresh server and store each time.

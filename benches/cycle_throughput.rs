@@ -31,6 +31,8 @@ use maestro::worker::{Worker, WorkerConfig};
 use maestro_benches::{cpu_time, median, rate_with_range, stat_cpu_time};
 use tokio::sync::Notify;
 
+maestro_benches::allocate_like_maestro!();
+
 const JOBS: usize = 10_000;
 /// Each worker size is measured this many times, on a fresh store each time.
 const ROUNDS: usize = 3;

@@ -12,6 +12,8 @@ use maestro::plugin::{CallRequest, CompiledFrom, PluginPolicy, Runtime, RuntimeC
 use maestro_benches::{human_size, human_time, median};
 use serde_json::json;
 
+maestro_benches::allocate_like_maestro!();
+
 const CACHED_RUNS: usize = 15;
 
 fn main() {

@@ -15,6 +15,8 @@ use maestro::serve::{PluginHost, ServingState, watch_folder};
 use maestro_benches::{human_size, human_time, median};
 use serde_json::{Value, json};
 
+maestro_benches::allocate_like_maestro!();
+
 const DEBOUNCE: Duration = Duration::from_millis(10);
 
 fn main() {

@@ -18,6 +18,8 @@ use maestro::engine::{CancelFlag, JobStatus, NoObserver};
 use maestro::plugin::Resume;
 use maestro::store::{JobStore, SqliteStore};
 
+maestro_benches::allocate_like_maestro!();
+
 fn jobs(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -1,10 +1,12 @@
-//! Benchmarks of maestro: the plugin runtime (`runtime.rs`), tool loads by language
-//! (`example_load.rs`), hot loading (`hot_load.rs`), jobs through the store (`jobs.rs`), park →
-//! resume throughput of a worker (`cycle_throughput.rs`), the memory of parked jobs
-//! (`parked_memory.rs`) and cycles through the HTTP API (`api_cycles.rs`). Run them with
-//! `cargo bench -p maestro-benches`.
+//! Benchmarks of maestro: the plugin runtime beside bare wasmtime (`runtime.rs`,
+//! `bare_wasmtime.rs`), tool loads by language (`example_load.rs`), hot loading
+//! (`hot_load.rs`), the engine's own cost per agent-loop step (`engine_steps.rs`), jobs through
+//! the store (`jobs.rs`), park → resume throughput of a worker (`cycle_throughput.rs`), the
+//! memory of parked jobs (`parked_memory.rs`) and cycles through the HTTP API
+//! (`api_cycles.rs`). Run them with `cargo bench -p maestro-benches`.
 //!
-//! This library holds the set-up and the measurements the job benchmarks share.
+//! This library holds the set-up and the measurements the job benchmarks share. Each bench
+//! allocates through mimalloc, as the `maestro` binary does ([`allocate_like_maestro!`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +16,18 @@ use maestro::engine::{Engine, EngineLimits, ToolCatalog};
 use maestro::llm::ScriptedModel;
 use maestro::piece::parse_piece;
 use maestro::plugin::{PluginPolicy, Runtime, RuntimeConfig};
+
+pub use mimalloc::MiMalloc;
+
+/// Makes the calling bench binary allocate through mimalloc, as the `maestro` binary does (the
+/// library itself sets no global allocator).
+#[macro_export]
+macro_rules! allocate_like_maestro {
+    () => {
+        #[global_allocator]
+        static ALLOCATOR: $crate::MiMalloc = $crate::MiMalloc;
+    };
+}
 
 /// A one-movement piece whose only tool is `complete`.
 const CHAT_PIECE: &str = "name: chat\ninitial_movement: chat\nmax_movements: 1\nmovements:\n  - name: chat\n    instructions: Ask, then finish.\n    tools: [complete]\n";

@@ -11,6 +11,8 @@ use maestro::engine::{CancelFlag, JobStatus};
 use maestro::store::{JobStore, SqliteStore};
 use maestro::worker::{Worker, WorkerConfig};
 
+maestro_benches::allocate_like_maestro!();
+
 const JOBS: usize = 100_000;
 const SCRIPT: &str = "turns:\n  - tool_calls: [{ name: complete, arguments: { status: needs_user_input, question: \"Which city?\" } }]\n";
 

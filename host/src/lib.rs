@@ -14,9 +14,3 @@ pub mod plugin;
 pub mod serve;
 pub mod store;
 pub mod worker;
-
-/// Every binary that links maestro (the `maestro` command, its tests and benchmarks) allocates
-/// through mimalloc: a park/resume cycle makes hundreds of short-lived allocations on several
-/// threads, and the system allocator's were about a tenth of the cycle's processor time.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
