@@ -6,8 +6,16 @@
 //!   check, a fresh `Store` from the `InstancePre`, instantiate, call, drop;
 //!   `call/fresh_instance_no_keep_resident` the same with linear memories
 //!   returned to the kernel after each call instead of reset in place;
+//! - `call/fresh_instance_no_wasi`: the same on `bare_echo`, an `echo` component that
+//!   imports nothing (no WASI);
+//! - `call/bare_wasmtime_wasi` and `call/bare_wasmtime_no_wasi`: the floor, the same two
+//!   components fresh per call on bare wasmtime with the same engine (`bare_wasmtime.rs`);
 //! - `load/cold_compile` and `load/cached`: loading a component with
 //!   Cranelift versus from the compiled-code cache.
+//!
+//! The `call` group runs in one process, so its rows compare side by side.
+
+mod bare_wasmtime;
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,6 +23,8 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use maestro::plugin::{CallRequest, Outcome, PluginPolicy, Runtime, RuntimeConfig};
 use serde_json::json;
+
+maestro_benches::allocate_like_maestro!();
 
 fn tokio() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -69,6 +79,34 @@ fn calls(c: &mut Criterion) {
         b.iter(|| {
             let outcome = rt.block_on(plain.invoke(request.clone())).unwrap();
             assert!(matches!(outcome, Outcome::Output(_)));
+        })
+    });
+
+    let no_wasi = rt
+        .block_on(runtime.load_file(
+            Path::new(maestro_examples::BARE_ECHO),
+            PluginPolicy::default(),
+        ))
+        .unwrap();
+    group.bench_function("fresh_instance_no_wasi", |b| {
+        b.iter(|| {
+            let outcome = rt.block_on(no_wasi.invoke(request.clone())).unwrap();
+            assert!(matches!(outcome, Outcome::Output(_)));
+        })
+    });
+
+    let bare_wasi = bare_wasmtime::with_wasi(runtime.engine(), maestro_plugins::ECHO);
+    group.bench_function("bare_wasmtime_wasi", |b| {
+        b.iter(|| {
+            let text = rt.block_on(bare_wasi.invoke("echo", r#"{"text":"hi"}"#));
+            assert_eq!(text, "hi");
+        })
+    });
+    let bare = bare_wasmtime::without_imports(runtime.engine(), maestro_examples::BARE_ECHO);
+    group.bench_function("bare_wasmtime_no_wasi", |b| {
+        b.iter(|| {
+            let text = rt.block_on(bare.invoke("echo", r#"{"text":"hi"}"#));
+            assert_eq!(text, r#"{"text":"hi"}"#);
         })
     });
     group.finish();

@@ -3,7 +3,8 @@
 //! paths:
 //!
 //! - `wat/confirm.wat`: assembled with `wat`, its WIT metadata embedded and wrapped into a
-//!   component with `wit-component` — no WASI, the smallest tool;
+//!   component with `wit-component` — no WASI, the smallest tool; `wat/stamp.wat` and
+//!   `wat/bare_echo.wat` (test and bench fixtures) the same way;
 //! - `c/text_stats.c`: bindings generated with `wit-bindgen-c`, compiled by clang for
 //!   `wasm32-wasi` against wasi-libc, then wrapped with the preview1 reactor adapter;
 //! - `python/`: `componentize-py`, through `python/build.sh`;
@@ -50,7 +51,7 @@ fn main() {
     let (mut resolve, world) = contract(&wit_dir);
 
     let mut built = Vec::new();
-    for name in ["confirm", "stamp"] {
+    for name in ["confirm", "stamp", "bare_echo"] {
         let component = wat_tool(&here, name, &resolve, world);
         built.push(install(&examples_dir, name, &component));
     }

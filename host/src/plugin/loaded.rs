@@ -135,7 +135,7 @@ impl Plugin {
             source: None,
         };
         let described = plugin
-            .run(Shape::Check, "", "", |instance, store| {
+            .run("", "", |instance, store| {
                 Box::pin(async move { instance.describe(store).await })
             })
             .await
@@ -206,7 +206,7 @@ impl Plugin {
         let job_id = call.job_id.clone();
         let call_id = call.call_id.clone();
         let result = self
-            .run(Shape::Checked, &job_id, &call_id, |instance, store| {
+            .run(&job_id, &call_id, |instance, store| {
                 Box::pin(async move { instance.invoke(store, call).await })
             })
             .await?;
@@ -246,6 +246,10 @@ impl Plugin {
                 available: self.specs.iter().map(|s| s.name.clone()).collect(),
             });
         };
+        // The usual case, valid arguments, without building the error iterator.
+        if validator.is_valid(&request.arguments) {
+            return Ok(request.arguments.to_string());
+        }
         let problems: Vec<String> = validator
             .iter_errors(&request.arguments)
             .map(|error| {
@@ -271,7 +275,6 @@ impl Plugin {
     /// `CallError`.
     async fn run<R>(
         &self,
-        shape: Shape,
         job_id: &str,
         call_id: &str,
         body: impl for<'a> FnOnce(
@@ -288,7 +291,7 @@ impl Plugin {
         let meter = store.data().limits.cpu_meter.clone();
         let outcome = {
             let call = std::pin::pin!(async {
-                let instance = pre.instantiate(&mut store, shape == Shape::Check).await?;
+                let instance = pre.instantiate(&mut store).await?;
                 body(instance, &mut store).await
             });
             tokio::time::timeout(policy.timeout, Metered { inner: call, meter }).await
@@ -349,7 +352,7 @@ impl Plugin {
         let mut store = self.new_store("", "")?;
         let instance = self
             .pre
-            .instantiate(&mut store, false)
+            .instantiate(&mut store)
             .await
             .map_err(|err| self.classify(&store, err))?;
         Ok(WarmInstance { store, instance })
@@ -497,14 +500,6 @@ fn charge_host_calls(
         return Err(Trap::OutOfFuel.into());
     }
     store.set_fuel(left - HOST_CALL_FUEL)
-}
-
-/// Whether a run checks the export signatures first (once, at load; the
-/// bindings only say "type mismatch", without naming the function).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    Check,
-    Checked,
 }
 
 /// The last `max` bytes of `text`, on a character boundary.

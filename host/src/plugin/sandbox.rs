@@ -82,7 +82,11 @@ impl CompiledPolicy {
 
 /// The `T` of every `Store<T>` the runtime creates.
 pub struct CallState {
-    wasi: WasiCtx,
+    /// Built when the guest first reaches WASI: a call that never does pays nothing for it.
+    /// At once when the policy preopens directories, so that one that cannot be opened fails
+    /// the call before the guest runs.
+    wasi: Option<WasiCtx>,
+    compiled: Arc<CompiledPolicy>,
     http: WasiHttpCtx,
     gate: HttpGate,
     table: ResourceTable,
@@ -93,37 +97,34 @@ pub struct CallState {
 
 impl CallState {
     pub fn new(
-        compiled: &CompiledPolicy,
+        compiled: &Arc<CompiledPolicy>,
         plugin: &Arc<str>,
         capabilities: Capabilities,
         own: &Arc<OwnAddresses>,
     ) -> wasmtime::Result<Self> {
         let policy = &compiled.policy;
         let console = Console::new(policy.max_log_bytes);
-        let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(console.clone())
-            .stderr(console.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .max_random_size(compiled.max_random_bytes);
-        for (name, value) in &policy.env {
-            wasi.env(name, value);
-        }
-        for dir in &policy.dirs {
-            let perms = if dir.writable {
-                FsPerms::ReadWrite
-            } else {
-                FsPerms::ReadOnly
-            };
-            wasi.preopened_dir(&dir.host, &dir.guest, perms)?;
-        }
+        let wasi = if policy.dirs.is_empty() {
+            None
+        } else {
+            let mut wasi = wasi_builder(compiled, &console);
+            for dir in &policy.dirs {
+                let perms = if dir.writable {
+                    FsPerms::ReadWrite
+                } else {
+                    FsPerms::ReadOnly
+                };
+                wasi.preopened_dir(&dir.host, &dir.guest, perms)?;
+            }
+            Some(wasi.build())
+        };
         let mut http = WasiHttpCtx::new();
         http.set_field_size_limit(FIELD_BYTES);
         let mut table = ResourceTable::new();
         table.set_max_capacity(compiled.max_resources);
         Ok(Self {
-            wasi: wasi.build(),
+            wasi,
+            compiled: compiled.clone(),
             http,
             gate: HttpGate {
                 policy: compiled.http.clone(),
@@ -146,10 +147,31 @@ impl CallState {
     }
 }
 
+/// WASI as the policy grants it, directories aside: the console for stdout and stderr, the
+/// granted variables, no sockets, random blocks capped.
+fn wasi_builder(compiled: &CompiledPolicy, console: &Console) -> WasiCtxBuilder {
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stdout(console.clone())
+        .stderr(console.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .max_random_size(compiled.max_random_bytes);
+    for (name, value) in &compiled.policy.env {
+        wasi.env(name, value);
+    }
+    wasi
+}
+
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        let (compiled, console) = (&self.compiled, &self.console);
+        // A policy with directories built its context in `new`.
+        let ctx = self
+            .wasi
+            .get_or_insert_with(|| wasi_builder(compiled, console).build());
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx,
             table: &mut self.table,
         }
     }

@@ -2,7 +2,8 @@
 //! [`CONFIRM`] (hand-written WAT), [`TEXT_STATS`] (C), [`CONVERT_UNITS`] (Python) and
 //! [`RENDER_TABLE`] (JavaScript), all in [`DIR`] (`<cargo target dir>/plugins/examples`).
 //! [`STAMP`] (WAT) is a fixture: it answers `stamp-v000`, three digits that the hot-reload test
-//! and bench patch to make versions.
+//! and bench patch to make versions. [`BARE_ECHO`] (WAT) is the runtime bench's `echo` with no
+//! imports at all, to compare the host's cost with bare wasmtime's.
 
 include!(concat!(env!("OUT_DIR"), "/examples.rs"));
 

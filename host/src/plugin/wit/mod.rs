@@ -48,47 +48,96 @@ macro_rules! shared_bindings {
 
         impl self::maestro::tool::types::Host for CallState {}
 
-        /// Checks that `describe` and `invoke` have this version's signatures.
-        pub(super) fn check_exports(
-            instance: wasmtime::component::Instance,
-            store: &mut Store<CallState>,
-        ) -> Result<(), String> {
-            let interface = instance
-                .get_export_index(&mut *store, None, TOOL_INTERFACE)
-                .ok_or_else(|| format!("`{TOOL_INTERFACE}` is not exported"))?;
-            let index = |store: &mut Store<CallState>, name: &str| {
-                instance
-                    .get_export_index(&mut *store, Some(&interface), name)
-                    .ok_or_else(|| format!("`{TOOL_INTERFACE}` has no function `{name}`"))
-            };
-            let describe = index(store, "describe")?;
-            instance
-                .get_typed_func::<(), (Vec<wit::ToolSpec>,)>(&mut *store, describe)
-                .map_err(|err| {
-                    format!(
-                        "`{TOOL_INTERFACE}#describe` must be `func() -> list<tool-spec>`: {err}"
-                    )
-                })?;
-            let invoke = index(store, "invoke")?;
-            instance
-                .get_typed_func::<(&wit::Call,), (Result<wit::Outcome, wit::ToolError>,)>(
-                    &mut *store,
-                    invoke,
-                )
-                .map_err(|err| {
-                    format!(
-                        "`{TOOL_INTERFACE}#invoke` must be `func(call: call) -> \
-                         result<outcome, tool-error>`: {err}"
-                    )
-                })?;
-            Ok(())
+        /// Where `describe` and `invoke` are among a component's exports: found once per
+        /// component, so a call looks its functions up by index.
+        #[derive(Debug, Clone, Copy)]
+        pub(super) struct Exports {
+            describe: wasmtime::component::ComponentExportIndex,
+            invoke: wasmtime::component::ComponentExportIndex,
         }
 
-        pub(super) async fn describe(
-            instance: &Plugin,
+        type DescribeFunc = wasmtime::component::TypedFunc<(), (Vec<wit::ToolSpec>,)>;
+        type InvokeFunc<'a> = wasmtime::component::TypedFunc<
+            (&'a wit::Call,),
+            (Result<wit::Outcome, wit::ToolError>,),
+        >;
+
+        impl Exports {
+            /// The indices of this version's functions in `component`; `Err` names what is
+            /// missing.
+            pub(super) fn find(component: &wasmtime::component::Component) -> Result<Self, String> {
+                let interface = component
+                    .get_export_index(None, TOOL_INTERFACE)
+                    .ok_or_else(|| format!("`{TOOL_INTERFACE}` is not exported"))?;
+                let index = |name: &str| {
+                    component
+                        .get_export_index(Some(&interface), name)
+                        .ok_or_else(|| format!("`{TOOL_INTERFACE}` has no function `{name}`"))
+                };
+                Ok(Self {
+                    describe: index("describe")?,
+                    invoke: index("invoke")?,
+                })
+            }
+
+            /// Checks on `instance`, an instance of the component the indices were found in,
+            /// that `describe` and `invoke` have this version's signatures, naming the one that
+            /// does not (the bindings would only say "type mismatch").
+            pub(super) fn check(
+                &self,
+                instance: wasmtime::component::Instance,
+                store: &mut Store<CallState>,
+            ) -> Result<(), String> {
+                let describe = self
+                    .func(instance, store, &self.describe)
+                    .map_err(|e| e.to_string())?;
+                describe
+                    .typed::<(), (Vec<wit::ToolSpec>,)>(&*store)
+                    .map_err(|err| {
+                        format!(
+                            "`{TOOL_INTERFACE}#describe` must be `func() -> list<tool-spec>`: {err}"
+                        )
+                    })?;
+                let invoke = self
+                    .func(instance, store, &self.invoke)
+                    .map_err(|e| e.to_string())?;
+                invoke
+                    .typed::<(&wit::Call,), (Result<wit::Outcome, wit::ToolError>,)>(&*store)
+                    .map_err(|err| {
+                        format!(
+                            "`{TOOL_INTERFACE}#invoke` must be `func(call: call) -> \
+                             result<outcome, tool-error>`: {err}"
+                        )
+                    })?;
+                Ok(())
+            }
+
+            fn func(
+                &self,
+                instance: wasmtime::component::Instance,
+                store: &mut Store<CallState>,
+                index: &wasmtime::component::ComponentExportIndex,
+            ) -> wasmtime::Result<wasmtime::component::Func> {
+                instance.get_func(&mut *store, index).ok_or_else(|| {
+                    wasmtime::Error::msg(format!("`{TOOL_INTERFACE}` lost a function"))
+                })
+            }
+        }
+
+        /// Calls `describe`.
+        ///
+        /// # Safety
+        ///
+        /// `exports.check` accepted an instance of the component `instance` is an instance of.
+        pub(super) async unsafe fn describe(
+            exports: &Exports,
+            instance: wasmtime::component::Instance,
             store: &mut Store<CallState>,
         ) -> wasmtime::Result<Vec<super::DescribedTool>> {
-            let specs = instance.maestro_tool_tool().call_describe(store).await?;
+            let func = exports.func(instance, store, &exports.describe)?;
+            // SAFETY: the caller's contract: the signature was checked for this component.
+            let func: DescribeFunc = unsafe { wasmtime::component::TypedFunc::new_unchecked(func) };
+            let (specs,) = func.call_async(&mut *store, ()).await?;
             Ok(specs
                 .into_iter()
                 .map(|spec| super::DescribedTool {
@@ -97,6 +146,25 @@ macro_rules! shared_bindings {
                     parameters: spec.parameters,
                 })
                 .collect())
+        }
+
+        /// Calls `invoke` with `call`.
+        ///
+        /// # Safety
+        ///
+        /// As for [`describe`].
+        async unsafe fn call_invoke(
+            exports: &Exports,
+            instance: wasmtime::component::Instance,
+            store: &mut Store<CallState>,
+            call: &wit::Call,
+        ) -> wasmtime::Result<Result<wit::Outcome, wit::ToolError>> {
+            let func = exports.func(instance, store, &exports.invoke)?;
+            // SAFETY: the caller's contract: the signature was checked for this component.
+            let func: InvokeFunc<'_> =
+                unsafe { wasmtime::component::TypedFunc::new_unchecked(func) };
+            let (result,) = func.call_async(&mut *store, (call,)).await?;
+            Ok(result)
         }
 
         fn status(status: crate::plugin::types::SubtaskStatus) -> wit::SubtaskStatus {
@@ -114,9 +182,11 @@ macro_rules! shared_bindings {
 pub mod since_v0_1_0;
 pub mod since_v0_2_0;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde::Serialize;
 use wasmtime::Store;
-use wasmtime::component::{Component, InstancePre, Linker};
+use wasmtime::component::{Component, Instance, InstancePre, Linker};
 
 use super::sandbox::CallState;
 use super::types::{Outcome, Resume};
@@ -219,10 +289,23 @@ pub struct ResumeTooNew {
     pub resume: &'static str,
 }
 
-/// A component linked against the host, bound to the version it exports.
-pub(crate) enum ToolPre {
-    V0_1_0(since_v0_1_0::PluginPre<CallState>),
-    V0_2_0(since_v0_2_0::PluginPre<CallState>),
+/// A component linked against the host, bound to the version it exports, with the indices of
+/// that version's functions.
+///
+/// Invariant: a `ToolInstance` is handed out only once `describe` and `invoke` were checked to
+/// have the version's signatures on an instance of this component (the first one made), so a
+/// call neither checks them again nor looks them up by name: what the unsafe typed calls of the
+/// version modules rely on.
+pub(crate) struct ToolPre {
+    pre: InstancePre<CallState>,
+    exports: VersionExports,
+    checked: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum VersionExports {
+    V0_1_0(since_v0_1_0::Exports),
+    V0_2_0(since_v0_2_0::Exports),
 }
 
 impl ToolPre {
@@ -239,68 +322,58 @@ impl ToolPre {
                 wanted.join(", ")
             ));
         };
-        let shape = |err: wasmtime::Error| {
-            format!(
-                "the export `{}` has the wrong shape: {err:#}",
-                version.tool_interface()
-            )
-        };
-        Ok(match version {
+        let exports = match version {
             WitVersion::V0_1_0 => {
-                ToolPre::V0_1_0(since_v0_1_0::PluginPre::new(pre).map_err(shape)?)
+                VersionExports::V0_1_0(since_v0_1_0::Exports::find(pre.component())?)
             }
             WitVersion::V0_2_0 => {
-                ToolPre::V0_2_0(since_v0_2_0::PluginPre::new(pre).map_err(shape)?)
+                VersionExports::V0_2_0(since_v0_2_0::Exports::find(pre.component())?)
             }
+        };
+        Ok(Self {
+            pre,
+            exports,
+            checked: AtomicBool::new(false),
         })
     }
 
     pub fn version(&self) -> WitVersion {
-        match self {
-            ToolPre::V0_1_0(_) => WitVersion::V0_1_0,
-            ToolPre::V0_2_0(_) => WitVersion::V0_2_0,
+        match self.exports {
+            VersionExports::V0_1_0(_) => WitVersion::V0_1_0,
+            VersionExports::V0_2_0(_) => WitVersion::V0_2_0,
         }
     }
 
     pub fn instance_pre(&self) -> &InstancePre<CallState> {
-        match self {
-            ToolPre::V0_1_0(pre) => pre.instance_pre(),
-            ToolPre::V0_2_0(pre) => pre.instance_pre(),
-        }
+        &self.pre
     }
 
-    /// A fresh instance in `store`. With `check_shape`, the export signatures are checked
-    /// first, so that a wrong one is named (the bindings only say "type mismatch").
+    /// A fresh instance in `store`. The first one checks the export signatures, so that a
+    /// wrong one is named ([`WrongShape`](super::checks::WrongShape)).
     pub async fn instantiate(
         &self,
         store: &mut Store<CallState>,
-        check_shape: bool,
     ) -> wasmtime::Result<ToolInstance> {
-        let raw = self.instance_pre().instantiate_async(&mut *store).await?;
-        let checked = |result: Result<(), String>| {
-            result.map_err(|detail| wasmtime::Error::new(super::checks::WrongShape(detail)))
-        };
-        Ok(match self {
-            ToolPre::V0_1_0(_) => {
-                if check_shape {
-                    checked(since_v0_1_0::check_exports(raw, store))?;
-                }
-                ToolInstance::V0_1_0(since_v0_1_0::Plugin::new(&mut *store, &raw)?)
-            }
-            ToolPre::V0_2_0(_) => {
-                if check_shape {
-                    checked(since_v0_2_0::check_exports(raw, store))?;
-                }
-                ToolInstance::V0_2_0(since_v0_2_0::Plugin::new(&mut *store, &raw)?)
-            }
+        let instance = self.pre.instantiate_async(&mut *store).await?;
+        if !self.checked.load(Ordering::Acquire) {
+            let checked = match &self.exports {
+                VersionExports::V0_1_0(exports) => exports.check(instance, store),
+                VersionExports::V0_2_0(exports) => exports.check(instance, store),
+            };
+            checked.map_err(|detail| wasmtime::Error::new(super::checks::WrongShape(detail)))?;
+            self.checked.store(true, Ordering::Release);
+        }
+        Ok(ToolInstance {
+            instance,
+            exports: self.exports,
         })
     }
 }
 
-/// An instance of a component, bound to its version.
-pub(crate) enum ToolInstance {
-    V0_1_0(since_v0_1_0::Plugin),
-    V0_2_0(since_v0_2_0::Plugin),
+/// An instance of a component whose export signatures were checked, bound to its version.
+pub(crate) struct ToolInstance {
+    instance: Instance,
+    exports: VersionExports,
 }
 
 impl ToolInstance {
@@ -308,9 +381,16 @@ impl ToolInstance {
         &self,
         store: &mut Store<CallState>,
     ) -> wasmtime::Result<Vec<DescribedTool>> {
-        match self {
-            ToolInstance::V0_1_0(instance) => since_v0_1_0::describe(instance, store).await,
-            ToolInstance::V0_2_0(instance) => since_v0_2_0::describe(instance, store).await,
+        // SAFETY: a `ToolInstance` exists only once its component's signatures were checked.
+        unsafe {
+            match &self.exports {
+                VersionExports::V0_1_0(exports) => {
+                    since_v0_1_0::describe(exports, self.instance, store).await
+                }
+                VersionExports::V0_2_0(exports) => {
+                    since_v0_2_0::describe(exports, self.instance, store).await
+                }
+            }
         }
     }
 
@@ -319,9 +399,16 @@ impl ToolInstance {
         store: &mut Store<CallState>,
         call: GuestCall,
     ) -> wasmtime::Result<Result<Outcome, GuestError>> {
-        match self {
-            ToolInstance::V0_1_0(instance) => since_v0_1_0::invoke(instance, store, call).await,
-            ToolInstance::V0_2_0(instance) => since_v0_2_0::invoke(instance, store, call).await,
+        // SAFETY: as in `describe`.
+        unsafe {
+            match &self.exports {
+                VersionExports::V0_1_0(exports) => {
+                    since_v0_1_0::invoke(exports, self.instance, store, call).await
+                }
+                VersionExports::V0_2_0(exports) => {
+                    since_v0_2_0::invoke(exports, self.instance, store, call).await
+                }
+            }
         }
     }
 }

@@ -22,8 +22,14 @@ pub const TOOL_INTERFACE: &str = "maestro:tool/tool@0.1.0";
 
 shared_bindings!();
 
-pub(super) async fn invoke(
-    instance: &Plugin,
+/// Calls `invoke` with `call`, converted.
+///
+/// # Safety
+///
+/// `exports.check` accepted an instance of the component `instance` is an instance of.
+pub(super) async unsafe fn invoke(
+    exports: &Exports,
+    instance: wasmtime::component::Instance,
     store: &mut Store<CallState>,
     call: GuestCall,
 ) -> wasmtime::Result<Result<Outcome, GuestError>> {
@@ -35,10 +41,8 @@ pub(super) async fn invoke(
         arguments: call.arguments,
         resume: call.resume.map(resume).transpose()?,
     };
-    let result = instance
-        .maestro_tool_tool()
-        .call_invoke(store, &call)
-        .await?;
+    // SAFETY: the caller's contract.
+    let result = unsafe { call_invoke(exports, instance, store, &call) }.await?;
     Ok(result.map(outcome).map_err(|error| GuestError {
         message: error.message,
         retryable: error.retryable,
