@@ -332,7 +332,7 @@ async fn plugins_are_uploaded_checked_and_removed() {
     assert_eq!(response.status(), 200);
     let status: Value = response.json().await.unwrap();
     assert_eq!(status["status"], "serving");
-    assert_eq!(status["tools"], json!(["Stamp"]));
+    assert_eq!(status["tools"], json!(["Stamp", "StampAsk"]));
     assert_eq!(
         std::fs::read(server.folder.path("plugins/stamp.wasm")).unwrap(),
         stamp
