@@ -31,6 +31,11 @@ turns:
 
 /// The Stamp answers of a finished job, in order, with whether each was an error.
 fn stamp_answers(store: &SqliteStore, id: &str) -> Vec<(String, bool)> {
+    answers_of(store, id, "Stamp")
+}
+
+/// The answers `wanted` gave a job, in order, with whether each was an error.
+fn answers_of(store: &SqliteStore, id: &str, wanted: &str) -> Vec<(String, bool)> {
     store
         .events(id, 0)
         .unwrap()
@@ -41,7 +46,7 @@ fn stamp_answers(store: &SqliteStore, id: &str) -> Vec<(String, bool)> {
                 content,
                 is_error,
                 ..
-            } if tool == "Stamp" => Some((content, is_error)),
+            } if tool == wanted => Some((content, is_error)),
             _ => None,
         })
         .collect()
@@ -247,24 +252,6 @@ turns:
   - tool_calls: [{ name: complete, arguments: { status: done, summary: "stamped" } }]
 "#;
 
-/// The answers StampAsk gave a job, in order.
-fn stamp_ask_answers(store: &SqliteStore, id: &str) -> Vec<String> {
-    store
-        .events(id, 0)
-        .unwrap()
-        .into_iter()
-        .filter_map(|stored| match stored.event {
-            JobEvent::ToolAnswered {
-                tool,
-                content,
-                is_error: false,
-                ..
-            } if tool == "StampAsk" => Some(content),
-            _ => None,
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_parked_call_resumes_on_its_exact_version_after_its_plugin_file_is_replaced() {
     let folder = ServerFolder::new(
@@ -311,6 +298,10 @@ async fn a_parked_call_resumes_on_its_exact_version_after_its_plugin_file_is_rep
     for (id, version) in [(&before, "stamp-v001"), (&after, "stamp-v002")] {
         let done = server.wait_for(id, "ended", has_ended).await;
         assert_eq!(done["status"], "completed", "{done}\n{}", server.log());
-        assert_eq!(stamp_ask_answers(&store, id), [version], "job {id}");
+        assert_eq!(
+            answers_of(&store, id, "StampAsk"),
+            [(version.to_string(), false)],
+            "job {id}"
+        );
     }
 }
