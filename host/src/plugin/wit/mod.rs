@@ -91,24 +91,21 @@ macro_rules! shared_bindings {
                 let describe = self
                     .func(instance, store, &self.describe)
                     .map_err(|e| e.to_string())?;
-                describe
-                    .typed::<(), (Vec<wit::ToolSpec>,)>(&*store)
-                    .map_err(|err| {
-                        format!(
-                            "`{TOOL_INTERFACE}#describe` must be `func() -> list<tool-spec>`: {err}"
-                        )
-                    })?;
+                // The same types the unchecked calls use: what this check vouches for.
+                let _: DescribeFunc = describe.typed(&*store).map_err(|err| {
+                    format!(
+                        "`{TOOL_INTERFACE}#describe` must be `func() -> list<tool-spec>`: {err}"
+                    )
+                })?;
                 let invoke = self
                     .func(instance, store, &self.invoke)
                     .map_err(|e| e.to_string())?;
-                invoke
-                    .typed::<(&wit::Call,), (Result<wit::Outcome, wit::ToolError>,)>(&*store)
-                    .map_err(|err| {
-                        format!(
-                            "`{TOOL_INTERFACE}#invoke` must be `func(call: call) -> \
+                let _: InvokeFunc<'_> = invoke.typed(&*store).map_err(|err| {
+                    format!(
+                        "`{TOOL_INTERFACE}#invoke` must be `func(call: call) -> \
                              result<outcome, tool-error>`: {err}"
-                        )
-                    })?;
+                    )
+                })?;
                 Ok(())
             }
 
