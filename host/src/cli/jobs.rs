@@ -231,7 +231,7 @@ fn parse_status(text: &str) -> Result<JobStatus, String> {
     })
 }
 
-fn store_only(store: &StoreOption) -> Result<Setup, Failure> {
+pub(super) fn store_only(store: &StoreOption) -> Result<Setup, Failure> {
     Setup::resolve(&EngineOptions {
         model: None,
         plugins: None,

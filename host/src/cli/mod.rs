@@ -12,6 +12,7 @@ mod plugin;
 mod run;
 mod serve;
 mod setup;
+mod store;
 mod work;
 
 use std::ffi::OsString;
@@ -60,6 +61,9 @@ enum Command {
     /// Serve the HTTP API, the approval inbox and live events, run the jobs, and hot-load the
     /// plugin folder.
     Serve(serve::ServeCommand),
+    /// Manage the store itself: bring its schema up to date.
+    #[command(subcommand)]
+    Store(store::StoreCommand),
 }
 
 /// Error of a command: the message is printed as `error: …`.
@@ -163,7 +167,7 @@ fn policy_uses_fuel(command: &Command) -> bool {
         Command::Plugin(command) => {
             return command.policy().is_ok_and(|policy| policy.uses_fuel());
         }
-        Command::Piece(_) => return false,
+        Command::Piece(_) | Command::Store(_) => return false,
     };
     setup::Setup::resolve(engine)
         .ok()
@@ -196,6 +200,7 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
         Command::Jobs(command) => jobs::execute(command, runtime).await,
         Command::Work(command) => work::execute(command, runtime()?).await,
         Command::Serve(command) => serve::execute(command, runtime()?).await,
+        Command::Store(command) => store::execute(command),
     }
 }
 

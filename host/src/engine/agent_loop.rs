@@ -97,7 +97,7 @@ pub(crate) async fn run_movement(
         job.turns += 1;
         let request = ChatRequest {
             system: prompt::system_prompt(cx.piece, movement, job, cx.limits),
-            messages: job.conversation.clone(),
+            messages: job.conversation.to_vec(),
             tools: tools.clone(),
         };
         let reply = match cx.model.reply(&request).await {

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::conversation::Conversation;
 use super::session::JobSession;
 use super::wait::{WaitReason, WaitRequest};
 use crate::llm::{Message, ToolCall};
@@ -204,7 +205,9 @@ pub struct JobState {
     /// Intake values given when the job was started, shown filled in for a human to confirm.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prefill: BTreeMap<String, String>,
-    pub conversation: Vec<Message>,
+    /// Kept apart from the rest by the store, which appends to it (see [`Conversation`]).
+    #[serde(default)]
+    pub conversation: Conversation,
     pub wait: Option<Wait>,
     /// When the current wait expires (Unix ms); the job is then resumed with `expired`. Set by
     /// whoever keeps the job (the engine has no clock).
@@ -226,9 +229,9 @@ impl JobState {
             id,
             piece: piece.to_owned(),
             piece_origin: String::new(),
-            conversation: vec![Message::User {
+            conversation: Conversation::from(vec![Message::User {
                 text: input.clone(),
-            }],
+            }]),
             input,
             parent: None,
             status: JobStatus::Pending,
@@ -256,6 +259,63 @@ impl JobState {
         Self::new(id, "", "", input)
     }
 
+    /// Everything but the conversation, serialized as [`JobState`] is: what a store that keeps
+    /// the conversation apart writes on each save. Reading it back as a `JobState` gives an
+    /// empty conversation.
+    pub fn without_conversation(&self) -> impl Serialize + '_ {
+        // Destructured without `..`: a field added to `JobState` fails to compile here until it
+        // is stored too.
+        let JobState {
+            id,
+            piece,
+            piece_origin,
+            input,
+            parent,
+            status,
+            movement,
+            movements_entered,
+            entered,
+            turns,
+            text_only_streak,
+            asks,
+            parks,
+            movement_parks,
+            session,
+            reviewed_by_parent,
+            prefill,
+            conversation: _,
+            wait,
+            wait_expires_at_ms,
+            children,
+            grants,
+            result,
+        } = self;
+        JobCore {
+            id,
+            piece,
+            piece_origin,
+            input,
+            parent,
+            status,
+            movement,
+            movements_entered,
+            entered,
+            turns,
+            text_only_streak,
+            asks,
+            parks,
+            movement_parks,
+            session,
+            reviewed_by_parent,
+            prefill,
+            wait,
+            wait_expires_at_ms,
+            children,
+            grants,
+            result,
+        }
+    }
+
     /// The phase machine's view of the job, once it has one.
     pub fn phase_session(&self) -> Option<&crate::phase::RuntimeSession> {
         self.session.as_ref().map(JobSession::session)
@@ -268,9 +328,59 @@ impl JobState {
     }
 }
 
+/// [`JobState`] without its conversation, field for field as `JobState` serializes.
+#[derive(Serialize)]
+struct JobCore<'a> {
+    id: &'a String,
+    piece: &'a String,
+    piece_origin: &'a String,
+    input: &'a String,
+    parent: &'a Option<String>,
+    status: &'a JobStatus,
+    movement: &'a String,
+    movements_entered: &'a u32,
+    entered: &'a bool,
+    turns: &'a u32,
+    text_only_streak: &'a u32,
+    asks: &'a u32,
+    parks: &'a u32,
+    movement_parks: &'a u32,
+    session: &'a Option<JobSession>,
+    reviewed_by_parent: &'a bool,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    prefill: &'a BTreeMap<String, String>,
+    wait: &'a Option<Wait>,
+    wait_expires_at_ms: &'a Option<i64>,
+    children: &'a Vec<String>,
+    grants: &'a Vec<Grant>,
+    result: &'a Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_state_without_its_conversation_reads_back_whole_but_for_the_conversation() {
+        let mut job = JobState::new("j".into(), "chat", "chat", "hi".into());
+        job.prefill.insert("city".into(), "Lisbon".into());
+        job.children.push("child".into());
+        job.result = Some("done".into());
+        job.wait_expires_at_ms = Some(7);
+        let core = serde_json::to_value(job.without_conversation()).unwrap();
+        let mut whole = serde_json::to_value(&job).unwrap();
+        whole.as_object_mut().unwrap().remove("conversation");
+        assert_eq!(core, whole);
+        let back: JobState = serde_json::from_value(core).unwrap();
+        assert!(back.conversation.is_empty());
+        assert_eq!(
+            JobState {
+                conversation: job.conversation.clone(),
+                ..back
+            },
+            job
+        );
+    }
 
     #[test]
     fn status_names_round_trip() {

@@ -10,6 +10,7 @@
 mod agent_loop;
 mod answer;
 mod artifacts;
+mod conversation;
 mod events;
 mod handoff;
 mod job;
@@ -28,6 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use answer::{Answer, EngineAnswer, HumanVerdict, WorkerNews};
 pub use artifacts::{MAX_ARTIFACTS_PER_JOB, artifact_view, facts_of};
+pub use conversation::Conversation;
 pub use events::{JobEvent, NoObserver, Observer, RecordingObserver};
 pub use job::{
     GateOwner, Grant, JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, resume_name,

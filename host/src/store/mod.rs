@@ -9,6 +9,7 @@
 //! Events get consecutive sequence numbers per job, starting at 1, and are never changed; they go
 //! only with their job, when retention deletes a tree of jobs that have all ended.
 
+mod record;
 mod sqlite;
 
 use std::future::Future;
@@ -16,7 +17,7 @@ use std::pin::Pin;
 
 use serde::Serialize;
 
-pub use sqlite::{CancelOutcome, SqliteStore};
+pub use sqlite::{CancelOutcome, Schema, SqliteStore};
 
 use crate::engine::{Answer, JobEvent, JobState, JobStatus};
 

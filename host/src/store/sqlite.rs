@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::record::{EventBatch, JobRow, MessageTail, SaveRecord, StoredText};
 use super::{ClaimedJob, Handoff, JobStore, JobSummary, StoreError, StoreFuture, StoredEvent};
 use crate::engine::{
     Answer, EngineAnswer, JobEvent, JobSession, JobState, JobStatus, WaitRequest, check_answer,
@@ -66,6 +67,23 @@ INSERT INTO event_batches (job_id, first_seq, last_seq, at_ms, events)
     SELECT job_id, seq, seq, at_ms, '[' || event || ']' FROM events;
 DROP TABLE events;
 "#,
+    // The conversation leaves the state: one row per message, so a save appends what the run
+    // added instead of writing the whole conversation again. A state that is not valid JSON is
+    // left as it is, for the claim that sets it aside to name.
+    r#"
+CREATE TABLE messages (
+    job_id  TEXT NOT NULL,
+    idx     INTEGER NOT NULL,
+    message TEXT NOT NULL,
+    PRIMARY KEY (job_id, idx)
+) WITHOUT ROWID;
+INSERT INTO messages (job_id, idx, message)
+    SELECT jobs.id, message.key, message.value
+    FROM jobs, json_each(jobs.state, '$.conversation') AS message
+    WHERE json_valid(jobs.state) AND json_type(jobs.state, '$.conversation') = 'array';
+UPDATE jobs SET state = json_remove(state, '$.conversation')
+    WHERE json_valid(state) AND json_type(state, '$.conversation') = 'array';
+"#,
 ];
 
 #[path = "sqlite_tree.rs"]
@@ -111,6 +129,14 @@ pub struct SqliteStore {
     readers: Vec<Mutex<Connection>>,
     next_reader: std::sync::atomic::AtomicUsize,
     writer: writer::Writer,
+    schema: Schema,
+}
+
+/// The schema versions of a store: as [`SqliteStore::open`] found it, and now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schema {
+    pub found: usize,
+    pub now: usize,
 }
 
 /// What the writer thread and the callers share: the file, named in every error.
@@ -123,64 +149,6 @@ impl std::fmt::Debug for SqliteStore {
         f.debug_struct("SqliteStore")
             .field("path", &self.db.path)
             .finish()
-    }
-}
-
-/// A job's columns as a save writes them, serialized by the caller so that the writer thread,
-/// which every runner waits for, only runs SQL.
-struct JobRow {
-    id: String,
-    piece: String,
-    status: JobStatus,
-    movement: String,
-    parent: Option<String>,
-    wait_reason: Option<&'static str>,
-    parked_plugin: Option<String>,
-    wait_expires_at_ms: Option<i64>,
-    state: String,
-}
-
-impl JobRow {
-    fn of(job: &JobState) -> Result<Self, serde_json::Error> {
-        let parked_plugin = job.wait.as_ref().and_then(|wait| match &wait.resume {
-            crate::engine::ResumePoint::ParkedCall { plugin, .. }
-            | crate::engine::ResumePoint::ApprovalGate { plugin, .. } => {
-                Some(plugin.content_hash.clone())
-            }
-            crate::engine::ResumePoint::EnterMovement
-            | crate::engine::ResumePoint::BurstGate { .. }
-            | crate::engine::ResumePoint::EnterPiece => None,
-        });
-        Ok(Self {
-            id: job.id.clone(),
-            piece: job.piece.clone(),
-            status: job.status,
-            movement: job.movement.clone(),
-            parent: job.parent.clone(),
-            wait_reason: job
-                .wait
-                .as_ref()
-                .and_then(|wait| wait.reason)
-                .map(|reason| reason.as_str()),
-            parked_plugin,
-            wait_expires_at_ms: job.wait.as_ref().and(job.wait_expires_at_ms),
-            state: serde_json::to_string(job)?,
-        })
-    }
-}
-
-/// The events of one save as their row stores them, serialized by the caller.
-struct EventBatch {
-    count: usize,
-    json: String,
-}
-
-impl EventBatch {
-    fn of(events: &[JobEvent]) -> Result<Self, serde_json::Error> {
-        Ok(Self {
-            count: events.len(),
-            json: serde_json::to_string(events)?,
-        })
     }
 }
 
@@ -205,25 +173,17 @@ struct WaitToAnswer {
     request: WaitRequest,
 }
 
-/// A job's row as a claim took it. Parsing its state (about 1 KB of JSON) is left to the
-/// caller, off the writer's thread that every runner waits for.
+/// A job's row as a claim took it. Parsing its state and messages is left to the caller, off
+/// the writer's thread that every runner waits for.
 struct ClaimedRow {
     id: String,
     owner: String,
-    state: String,
-    resume: Option<String>,
+    text: StoredText,
 }
 
 impl ClaimedRow {
     fn parse(&self, db: &Db) -> Result<ClaimedJob, StoreError> {
-        let state = serde_json::from_str(&self.state).map_err(|e| db.corrupt(&self.id, e))?;
-        let resume = self
-            .resume
-            .as_deref()
-            .map(serde_json::from_str::<Answer>)
-            .transpose()
-            .map_err(|e| db.corrupt(&self.id, e))?;
-        Ok(ClaimedJob { state, resume })
+        self.text.parse().map_err(|e| db.corrupt(&self.id, e))
     }
 
     /// The change that takes an unreadable job out of the runnable ones, as `error`: it would
@@ -319,11 +279,20 @@ impl SqliteStore {
             readers,
             next_reader: Default::default(),
             writer,
+            schema: Schema {
+                found: version,
+                now: MIGRATIONS.len(),
+            },
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.db.path
+    }
+
+    /// Which schema version the file had when opened, and which it has now.
+    pub fn schema(&self) -> Schema {
+        self.schema
     }
 
     /// A free reader if there is one, else the next in turn.
@@ -532,6 +501,41 @@ impl Db {
         Ok(())
     }
 
+    /// Replaces the messages of `id` from `tail.first` on with the tail's: an append, unless
+    /// the run moved a message the store already held.
+    fn write_messages(
+        &self,
+        tx: &rusqlite::Connection,
+        id: &str,
+        tail: &MessageTail,
+    ) -> Result<(), StoreError> {
+        tx.exec_cached(
+            "DELETE FROM messages WHERE job_id = ?1 AND idx >= ?2",
+            params![id, tail.first as i64],
+        )
+        .map_err(|e| self.db_error(e))?;
+        for (index, message) in (tail.first..).zip(&tail.messages) {
+            tx.exec_cached(
+                "INSERT INTO messages (job_id, idx, message) VALUES (?1, ?2, ?3)",
+                params![id, index as i64, message],
+            )
+            .map_err(|e| self.db_error(e))?;
+        }
+        Ok(())
+    }
+
+    /// The messages of `id` as stored, in order.
+    fn messages(&self, tx: &rusqlite::Connection, id: &str) -> Result<Vec<String>, StoreError> {
+        let mut query = tx
+            .prepare_cached("SELECT message FROM messages WHERE job_id = ?1 ORDER BY idx")
+            .map_err(|e| self.db_error(e))?;
+        query
+            .query_map([id], |row| row.get::<_, String>(0))
+            .map_err(|e| self.db_error(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.db_error(e))
+    }
+
     /// Writes the job's columns and state; with `owner`, only while `owner` holds the lease.
     fn write_state(
         &self,
@@ -606,11 +610,15 @@ impl Db {
             params![id, owner, at + lease_ms, at],
         )
         .map_err(|e| self.db_error(e))?;
+        let messages = self.messages(tx, id)?;
         Ok(Some(ClaimedRow {
             id: id.to_owned(),
             owner: owner.to_owned(),
-            state,
-            resume,
+            text: StoredText {
+                state,
+                messages,
+                resume,
+            },
         }))
     }
 
@@ -671,25 +679,26 @@ impl Db {
         Ok(())
     }
 
-    /// Writes `job` and its events while `owner` holds its lease.
+    /// Writes a job's row, new messages and events while `owner` holds its lease.
     fn save_in(
         &self,
         tx: &Connection,
-        job: &JobRow,
-        events: &EventBatch,
+        record: &SaveRecord,
         owner: &str,
         at: i64,
     ) -> Result<(), StoreError> {
+        let job = &record.row;
         let cancelled = self.cancel_overrides(tx, job, owner)?;
         let written = cancelled.as_ref().map_or(job, |(row, _)| row);
         if self.write_state(tx, written, at, Some(owner))? == 0 {
-            self.row(tx, &job.id)?;
+            self.row_text(tx, &job.id)?;
             return Err(StoreError::LeaseLost {
                 job: job.id.clone(),
                 owner: owner.to_owned(),
             });
         }
-        self.append(tx, &job.id, events, at)?;
+        self.write_messages(tx, &job.id, &record.messages)?;
+        self.append(tx, &job.id, &record.events, at)?;
         if let Some((_, finished)) = &cancelled {
             self.append(tx, &job.id, finished, at)?;
         }
@@ -753,32 +762,19 @@ fn ready<T: Send + 'static>(result: Result<T, StoreError>) -> StoreFuture<T> {
     Box::pin(std::future::ready(result))
 }
 
-/// A save's row and events, serialized by the caller.
-fn prepared_save(
-    job: &JobState,
-    events: &[JobEvent],
-) -> Result<(JobRow, EventBatch), serde_json::Error> {
-    Ok((JobRow::of(job)?, EventBatch::of(events)?))
-}
-
 /// Stores `job` as a new, pending job.
 fn create_change(db: &Db, job: &JobState) -> Result<impl ChangeBody<()> + use<>, StoreError> {
-    let state = serde_json::to_string(job).map_err(|e| db.db_error(e))?;
-    let (id, piece, movement, parent) = (
-        job.id.clone(),
-        job.piece.clone(),
-        job.movement.clone(),
-        job.parent.clone(),
-    );
+    let row = JobRow::of(job).map_err(|e| db.db_error(e))?;
+    let messages = MessageTail::of(&job.conversation).map_err(|e| db.db_error(e))?;
     let at = now_ms();
     Ok(move |db: &Db, tx: &Tx<'_>| {
         tx.exec_cached(
             "INSERT INTO jobs (id, piece, status, movement, parent, state, created_at_ms, \
              updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6, ?6)",
-            params![id, piece, movement, parent, state, at],
+            params![row.id, row.piece, row.movement, row.parent, row.state, at],
         )
         .map_err(|e| db.db_error(e))?;
-        Ok(())
+        db.write_messages(tx, &row.id, &messages)
     })
 }
 
@@ -864,8 +860,16 @@ impl JobStore for SqliteStore {
     }
 
     fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError> {
-        let (status, state, _, _) = self.db.row(&self.read(), id)?;
-        Ok((state, status))
+        let connection = self.read();
+        let (status, state, _, _) = self.db.row_text(&connection, id)?;
+        let messages = self.db.messages(&connection, id)?;
+        let text = StoredText {
+            state,
+            messages,
+            resume: None,
+        };
+        let job = text.parse().map_err(|e| self.db.corrupt(id, e))?;
+        Ok((job.state, status))
     }
 
     fn answer(&self, id: &str, answer: &Answer, wait: Option<u32>) -> Result<(), StoreError> {
@@ -992,18 +996,18 @@ impl JobStore for SqliteStore {
     }
 
     fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError> {
-        let (row, events) = prepared_save(job, events).map_err(|e| self.db.db_error(e))?;
+        let record = SaveRecord::of(job, events).map_err(|e| self.db.db_error(e))?;
         let (owner, at) = (owner.to_owned(), now_ms());
-        self.write(move |db, tx| db.save_in(tx, &row, &events, &owner, at))
+        self.write(move |db, tx| db.save_in(tx, &record, &owner, at))
     }
 
     fn save_async(&self, job: &JobState, events: &[JobEvent], owner: &str) -> StoreFuture<()> {
-        let (row, events) = match prepared_save(job, events) {
-            Ok(prepared) => prepared,
+        let record = match SaveRecord::of(job, events) {
+            Ok(record) => record,
             Err(error) => return ready(Err(self.db.db_error(error))),
         };
         let (owner, at) = (owner.to_owned(), now_ms());
-        self.write_async(move |db, tx| db.save_in(tx, &row, &events, &owner, at))
+        self.write_async(move |db, tx| db.save_in(tx, &record, &owner, at))
     }
 
     fn save_and_claim_next(
@@ -1013,13 +1017,11 @@ impl JobStore for SqliteStore {
         owner: &str,
         lease_ms: i64,
     ) -> StoreFuture<Handoff> {
-        let prepared = prepared_save(job, events).map_err(|e| self.db.db_error(e));
+        let prepared = SaveRecord::of(job, events).map_err(|e| self.db.db_error(e));
         let (owner, at) = (owner.to_owned(), now_ms());
         let handed = queue_change(self.writer.queue(), &self.db, move |db, tx| {
             let saved = match &prepared {
-                Ok((row, events)) => {
-                    tx.undone_on_error(db, || db.save_in(tx, row, events, &owner, at))
-                }
+                Ok(record) => tx.undone_on_error(db, || db.save_in(tx, record, &owner, at)),
                 Err(error) => Err(error.clone()),
             };
             Ok((saved, db.claim_next_in(tx, &owner, lease_ms, at)))

@@ -822,3 +822,154 @@ fn longest_waiting_is_by_when_the_wait_began_not_when_the_job_was_made() {
     assert_eq!(ids(store.longest_waiting(1).unwrap()), ["j2"]);
     assert_eq!(ids(store.longest_waiting(10).unwrap()), ["j2", "j3", "j1"]);
 }
+
+fn said(text: &str) -> crate::llm::Message {
+    crate::llm::Message::User { text: text.into() }
+}
+
+fn texts(job: &JobState) -> Vec<String> {
+    job.conversation
+        .iter()
+        .map(|message| match message {
+            crate::llm::Message::User { text } => text.clone(),
+            other => panic!("not a user message: {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_conversation_saved_in_parts_reads_back_whole_even_after_an_insert_before_its_end() {
+    let (dir, store) = store();
+    store.create(&job("j1")).unwrap();
+    let mut state = store.claim("j1", "r", 60_000).unwrap().unwrap().state;
+    state.status = JobStatus::Running;
+    state.conversation.push(said("one"));
+    store.save(&state, &[], "r").unwrap();
+    // Saved again from the same value: the messages are not doubled.
+    state.conversation.push(said("two"));
+    store.save(&state, &[], "r").unwrap();
+    assert_eq!(texts(&store.load("j1").unwrap().0), ["hello", "one", "two"]);
+
+    let mut state = store.load("j1").unwrap().0;
+    state.conversation.push(said("four"));
+    state.conversation.insert(1, said("between"));
+    store.save(&state, &[], "r").unwrap();
+    drop(store);
+    let store = SqliteStore::open(dir.path().join("nested/jobs.db")).unwrap();
+    let (stored, _) = store.load("j1").unwrap();
+    assert_eq!(texts(&stored), ["hello", "between", "one", "two", "four"]);
+    assert_eq!(stored.conversation.unsaved().len(), 0);
+}
+
+/// What one save of `state` adds to the store's write-ahead log, emptied first: the pages the
+/// save's commit wrote.
+fn wal_bytes_of_save(path: &std::path::Path, store: &SqliteStore, state: &JobState) -> u64 {
+    let wal = path.with_extension("db-wal");
+    let side = Connection::open(path).unwrap();
+    loop {
+        let (busy, _, _): (i64, i64, i64) = side
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })
+            .unwrap();
+        if busy == 0 && std::fs::metadata(&wal).map_or(0, |m| m.len()) == 0 {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    let event = JobEvent::MovementEntered {
+        movement: "chat".into(),
+        count: 1,
+    };
+    store.save(state, &[event], "r").unwrap();
+    std::fs::metadata(&wal).unwrap().len()
+}
+
+#[test]
+fn a_save_late_in_a_long_conversation_writes_no_more_than_an_early_one() {
+    let (dir, store) = store();
+    let path = dir.path().join("nested/jobs.db");
+    store.create(&job("j1")).unwrap();
+    let mut state = store.claim("j1", "r", 60_000).unwrap().unwrap().state;
+    state.status = JobStatus::Running;
+    let mut written = Vec::new();
+    for turn in 1..=300 {
+        state.conversation.push(crate::llm::Message::Assistant {
+            text: Some(format!("Turn {turn}: looking that up.")),
+            tool_calls: vec![crate::llm::ToolCall {
+                id: format!("call-{turn}"),
+                name: "echo".into(),
+                arguments: r#"{"text":"a line of about sixty characters, as a tool gets it"}"#
+                    .into(),
+            }],
+        });
+        state.conversation.push(crate::llm::Message::Tool {
+            call_id: format!("call-{turn}"),
+            name: "echo".into(),
+            content: "a line of about sixty characters, as a tool gets it".into(),
+            is_error: false,
+        });
+        written.push(wal_bytes_of_save(&path, &store, &state));
+        // A runner's next save starts from what the store holds, as a claim hands it.
+        state = store.load("j1").unwrap().0;
+    }
+    let median = |turns: std::ops::RangeInclusive<usize>| {
+        let mut window: Vec<u64> = written[turns.start() - 1..*turns.end()].to_vec();
+        window.sort();
+        window[window.len() / 2]
+    };
+    // Medians of fifty saves each: now and then a save also splits a B-tree page (three or
+    // four pages more), as often late as early, and a median is the save that does not.
+    let (early, late) = (median(3..=52), median(251..=300));
+    assert!(
+        late <= early,
+        "a save near turn 300 wrote {late} bytes, one near turn 3 {early}: {written:?}"
+    );
+    assert_eq!(store.load("j1").unwrap().0.conversation.len(), 601);
+}
+
+#[test]
+fn a_second_schema_store_keeps_its_jobs_and_conversations_after_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jobs.db");
+    let mut parked_job = parked(job("j1"));
+    parked_job.conversation.push(said("Which city?"));
+    {
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(MIGRATIONS[0]).unwrap();
+        old.execute_batch(MIGRATIONS[1]).unwrap();
+        old.pragma_update(None, "user_version", 2).unwrap();
+        // As the second schema stored a job: the whole state, conversation included.
+        for (id, state) in [
+            ("j1", serde_json::to_string(&parked_job).unwrap()),
+            ("j2", "{ not json".to_owned()),
+        ] {
+            old.execute(
+                "INSERT INTO jobs (id, piece, status, movement, state, created_at_ms, \
+                 updated_at_ms) VALUES (?1, 'chat', 'waiting_human', 'chat', ?2, 1, 1)",
+                params![id, state],
+            )
+            .unwrap();
+        }
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let (loaded, status) = store.load("j1").unwrap();
+    assert_eq!(status, JobStatus::WaitingHuman);
+    assert_eq!(loaded, parked_job);
+    assert_eq!(texts(&loaded), ["hello", "Which city?"]);
+    // The answer is checked against the moved state and the job resumes with it whole.
+    store
+        .answer(
+            "j1",
+            &Answer::Resume(Resume::Answered("Oslo".into())),
+            Some(1),
+        )
+        .unwrap();
+    let claimed = store.claim("j1", "r", 60_000).unwrap().unwrap();
+    assert_eq!(texts(&claimed.state), ["hello", "Which city?"]);
+    // A state that did not parse before the upgrade still does not, and says so.
+    assert!(matches!(
+        store.load("j2"),
+        Err(StoreError::Corrupt { job, .. }) if job == "j2"
+    ));
+}

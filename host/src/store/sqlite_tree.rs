@@ -11,13 +11,14 @@
 
 use rusqlite::OptionalExtension;
 
-use super::{Cached, Db, EventBatch, JobRow};
+use super::{Cached, Db};
 use crate::engine::{
     Answer, EngineAnswer, JobState, JobStatus, WaitRequest, WorkerNews, end_outside, facts_of,
 };
 use crate::phase::ArtifactDraft;
 use crate::plugin::{Resume, SubtaskResult, SubtaskStatus};
 use crate::store::StoreError;
+use crate::store::record::{EventBatch, JobRow};
 
 /// What `cancel` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,8 +240,12 @@ impl Db {
                 let tree = self.tree_of(tx, root)?;
                 if self.all_final(tx, &tree[1..])? {
                     for id in &tree {
-                        tx.exec_cached("DELETE FROM event_batches WHERE job_id = ?1", [id])
-                            .map_err(|e| self.db_error(e))?;
+                        for table in [
+                            "DELETE FROM event_batches WHERE job_id = ?1",
+                            "DELETE FROM messages WHERE job_id = ?1",
+                        ] {
+                            tx.exec_cached(table, [id]).map_err(|e| self.db_error(e))?;
+                        }
                         tx.exec_cached("DELETE FROM jobs WHERE id = ?1", [id])
                             .map_err(|e| self.db_error(e))?;
                     }

@@ -1,0 +1,47 @@
+//! `maestro store`: the store itself rather than its jobs.
+//!
+//! Invariant: opening a store brings its schema up to date (every command does that); `migrate`
+//! only makes it the one thing done and reports what changed, so an operator can upgrade a store
+//! before starting the nodes that share it.
+
+use clap::Subcommand;
+
+use super::Failure;
+use super::jobs::store_only;
+use super::setup::StoreOption;
+use crate::store::SqliteStore;
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Bring the store's schema up to this maestro's version (every command also does this when
+    /// it opens the store) and say which versions it went through.
+    Migrate {
+        #[command(flatten)]
+        store: StoreOption,
+    },
+}
+
+pub fn execute(command: &StoreCommand) -> Result<(), Failure> {
+    match command {
+        StoreCommand::Migrate { store } => {
+            let setup = store_only(store)?;
+            let store = SqliteStore::open(&setup.store).map_err(Failure::usage)?;
+            let schema = store.schema();
+            if schema.found == schema.now {
+                println!(
+                    "store {}: schema version {}, up to date",
+                    setup.store.display(),
+                    schema.now
+                );
+            } else {
+                println!(
+                    "store {}: schema version {} (migrated from {})",
+                    setup.store.display(),
+                    schema.now,
+                    schema.found
+                );
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! A store written by an earlier maestro keeps its jobs after the upgrade: the fixture
+//! `fixtures/store-schema-2.db` was made by the release before the conversation moved out of the
+//! job's state (schema version 2), with:
+//!
+//! ```sh
+//! maestro run chat --input "What should I pack?" …        # parks on its question
+//! maestro run chat --input "Packing for a week away" …    # parks, then
+//! maestro jobs answer <id> Lisbon …                       # completes
+//! maestro run approval --input "Rotate the staging API key" …  # parks on RequestTool
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+mod common;
+
+use maestro::llm::Message;
+use maestro::store::{JobStore, SqliteStore};
+use serde_json::Value;
+
+const ASKED: &str = "job-01a23be514c8719fb40f160d6e890387";
+const COMPLETED: &str = "job-01a23be514e4758b939d132be1f408da";
+const APPROVAL: &str = "job-01a23be515d67265b5ec7f2134fec2d9";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The fixture, copied where the test may change it.
+fn upgraded_copy() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("jobs.db");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-schema-2.db"),
+        &store,
+    )
+    .unwrap();
+    (dir, store)
+}
+
+fn maestro(store: &Path, args: &[&str]) -> Output {
+    let mut command = common::maestro_command();
+    command.args(args).arg("--store").arg(store);
+    command.output().unwrap()
+}
+
+fn engine_flags(script: &str) -> Vec<String> {
+    let repo = repo();
+    vec![
+        "--model".into(),
+        format!(
+            "scripted:{}",
+            repo.join("pieces/scripts").join(script).display()
+        ),
+        "--plugins".into(),
+        maestro_plugins::DIR.into(),
+        "--pieces".into(),
+        repo.join("pieces").display().to_string(),
+    ]
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn succeeded(output: Output) -> String {
+    let shown = text(&output);
+    assert!(output.status.success(), "{shown}");
+    shown
+}
+
+fn roles(messages: &[Message]) -> Vec<&'static str> {
+    messages
+        .iter()
+        .map(|message| match message {
+            Message::User { .. } => "user",
+            Message::Assistant { .. } => "assistant",
+            Message::Tool { .. } => "tool",
+        })
+        .collect()
+}
+
+#[test]
+fn store_migrate_upgrades_a_second_schema_store_once_and_says_so() {
+    let (_dir, store) = upgraded_copy();
+    let first = succeeded(maestro(&store, &["store", "migrate"]));
+    assert_eq!(
+        first.trim(),
+        format!(
+            "store {}: schema version 3 (migrated from 2)",
+            store.display()
+        )
+    );
+    let again = succeeded(maestro(&store, &["store", "migrate"]));
+    assert_eq!(
+        again.trim(),
+        format!("store {}: schema version 3, up to date", store.display())
+    );
+}
+
+#[test]
+fn a_second_schema_store_keeps_its_jobs_logs_and_conversations_and_its_parked_jobs_finish() {
+    let (_dir, store) = upgraded_copy();
+    // Opening it is the upgrade: any command does it.
+    let listed: Vec<Value> =
+        serde_json::from_slice(&maestro(&store, &["jobs", "list", "--json"]).stdout).unwrap();
+    let statuses: Vec<(&str, &str, Option<&str>)> = listed
+        .iter()
+        .map(|job| {
+            (
+                job["id"].as_str().unwrap(),
+                job["status"].as_str().unwrap(),
+                job["wait_reason"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (APPROVAL, "waiting_human", Some("tool_request")),
+            (COMPLETED, "completed", None),
+            (ASKED, "waiting_human", Some("input")),
+        ]
+    );
+
+    let shown: Value = serde_json::from_str(&succeeded(maestro(
+        &store,
+        &["jobs", "show", COMPLETED, "--json"],
+    )))
+    .unwrap();
+    let seqs: Vec<u64> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=11).collect::<Vec<_>>());
+    assert_eq!(shown["session"]["phase"], "done");
+    assert_eq!(
+        shown["result"],
+        "Packing list ready for the destination you gave."
+    );
+
+    {
+        let opened = SqliteStore::open(&store).unwrap();
+        let (completed, _) = opened.load(COMPLETED).unwrap();
+        assert_eq!(
+            roles(&completed.conversation),
+            ["user", "assistant", "tool", "assistant", "tool"]
+        );
+        assert_eq!(
+            completed.conversation[0],
+            Message::User {
+                text: "Packing for a week away".into()
+            }
+        );
+        let (asked, _) = opened.load(ASKED).unwrap();
+        assert_eq!(roles(&asked.conversation), ["user", "assistant"]);
+    }
+
+    let chat = engine_flags("chat.yaml");
+    let mut answer = vec!["jobs", "answer", ASKED, "Lisbon"];
+    answer.extend(chat.iter().map(String::as_str));
+    let answered = succeeded(maestro(&store, &answer));
+    assert!(
+        answered.contains("completed: Packing list ready for the destination you gave."),
+        "{answered}"
+    );
+    let approval = engine_flags("approval.yaml");
+    let mut approve = vec!["jobs", "approve", APPROVAL];
+    approve.extend(approval.iter().map(String::as_str));
+    let approved = succeeded(maestro(&store, &approve));
+    assert!(
+        approved.contains("completed: RotateKey was approved for staging"),
+        "{approved}"
+    );
+
+    // The resumed job's conversation is the stored one with the run's messages after it.
+    let opened = SqliteStore::open(&store).unwrap();
+    let (asked, _) = opened.load(ASKED).unwrap();
+    assert_eq!(
+        roles(&asked.conversation),
+        ["user", "assistant", "tool", "assistant", "tool"]
+    );
+    assert_eq!(
+        asked.conversation[0],
+        Message::User {
+            text: "What should I pack?".into()
+        }
+    );
+}
