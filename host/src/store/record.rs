@@ -1,12 +1,16 @@
 //! How a job is laid out in a store, whatever the database: a row of small columns with the
-//! job's state but its conversation, the conversation one message a row, and the events one
-//! batch a save.
+//! job's state but its conversation, and a log of one row per save holding the events the save
+//! added and the messages it wrote.
 //!
-//! Invariant: a save writes the job's row, the messages after the ones the store already holds
-//! as they are ([`crate::engine::Conversation::unchanged`]), and the run's new events; never the
-//! whole conversation again. So the bytes a save writes follow what the run added, not how long
-//! the job has been going. Everything here is serialized by the caller, off the thread that
-//! commits, which only runs SQL.
+//! Invariant: a save writes the job's row and one log row: the run's new events and the
+//! messages after the ones the store already holds as they are
+//! ([`crate::engine::Conversation::unchanged`]); never the whole conversation again. So the
+//! bytes a save writes follow what the run added, not how long the job has been going. A new
+//! job (and one stored before the log held messages) keeps its conversation in its state,
+//! which no log row holds yet; its first save writes it to the log whole and takes it out of
+//! the state. Reading the log's message batches in order, each cutting the conversation where
+//! it starts and adding its messages, gives the conversation back. Everything here is
+//! serialized by the caller, off the thread that commits, which only runs SQL.
 
 use super::ClaimedJob;
 use crate::engine::{Answer, Conversation, JobEvent, JobState, JobStatus, ResumePoint};
@@ -23,12 +27,22 @@ pub(super) struct JobRow {
     /// The content hash of the plugin a parked call is pinned to.
     pub parked_plugin: Option<String>,
     pub wait_expires_at_ms: Option<i64>,
-    /// [`JobState::without_conversation`], as JSON.
+    /// [`JobState::without_conversation`], as JSON; a new job's whole state.
     pub state: String,
 }
 
 impl JobRow {
+    /// The row a save writes: the conversation goes to the log.
     pub fn of(job: &JobState) -> Result<Self, serde_json::Error> {
+        Self::with_state(job, serde_json::to_string(&job.without_conversation())?)
+    }
+
+    /// The row of a new job, whose conversation waits in its state for the job's first save.
+    pub fn with_conversation(job: &JobState) -> Result<Self, serde_json::Error> {
+        Self::with_state(job, serde_json::to_string(job)?)
+    }
+
+    fn with_state(job: &JobState, state: String) -> Result<Self, serde_json::Error> {
         let parked_plugin = job.wait.as_ref().and_then(|wait| match &wait.resume {
             ResumePoint::ParkedCall { plugin, .. } | ResumePoint::ApprovalGate { plugin, .. } => {
                 Some(plugin.content_hash.clone())
@@ -50,28 +64,31 @@ impl JobRow {
                 .map(|reason| reason.as_str()),
             parked_plugin,
             wait_expires_at_ms: job.wait.as_ref().and(job.wait_expires_at_ms),
-            state: serde_json::to_string(&job.without_conversation())?,
+            state,
         })
     }
 }
 
-/// The messages a save writes: the store replaces what it holds from `first` on with these.
+/// The messages a save writes: the conversation is what the store holds, cut at `first`, with
+/// these after it.
 pub(super) struct MessageTail {
     pub first: usize,
-    /// Each message as JSON, in order.
-    pub messages: Vec<String>,
+    pub count: usize,
+    /// The messages as a JSON array.
+    pub json: String,
 }
 
 impl MessageTail {
     pub fn of(conversation: &Conversation) -> Result<Self, serde_json::Error> {
         Ok(Self {
             first: conversation.unchanged(),
-            messages: conversation
-                .unsaved()
-                .iter()
-                .map(serde_json::to_string)
-                .collect::<Result<_, _>>()?,
+            count: conversation.unsaved().len(),
+            json: serde_json::to_string(conversation.unsaved())?,
         })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
     }
 }
 
@@ -107,11 +124,12 @@ impl SaveRecord {
     }
 }
 
-/// A job as a store read it back, still as text: its state without the conversation, its
-/// messages in order, and the answer a resumed run applies.
+/// A job as a store read it back, still as text: its state without the conversation, the
+/// message batches of its log in order (where each starts, and its messages), and the answer a
+/// resumed run applies.
 pub(super) struct StoredText {
     pub state: String,
-    pub messages: Vec<String>,
+    pub messages: Vec<(usize, String)>,
     pub resume: Option<String>,
 }
 
@@ -119,15 +137,27 @@ impl StoredText {
     /// The job these texts make; an error says which part does not parse.
     pub fn parse(&self) -> Result<ClaimedJob, String> {
         let mut state: JobState = serde_json::from_str(&self.state).map_err(|e| e.to_string())?;
-        let messages = self
-            .messages
-            .iter()
-            .enumerate()
-            .map(|(index, text)| {
-                serde_json::from_str::<Message>(text).map_err(|e| format!("message {index}: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        state.conversation = Conversation::as_stored(messages);
+        // A conversation still in the state comes first; no save has logged it yet, so the
+        // next save writes it whole (it is not `as_stored`).
+        let kept_in_state = !state.conversation.is_empty();
+        let mut messages = std::mem::take(&mut state.conversation).to_vec();
+        for (first, text) in &self.messages {
+            let batch: Vec<Message> =
+                serde_json::from_str(text).map_err(|e| format!("messages from {first}: {e}"))?;
+            if *first > messages.len() {
+                return Err(format!(
+                    "messages from {first} follow only {} before them",
+                    messages.len()
+                ));
+            }
+            messages.truncate(*first);
+            messages.extend(batch);
+        }
+        state.conversation = if kept_in_state {
+            Conversation::from(messages)
+        } else {
+            Conversation::as_stored(messages)
+        };
         let resume = self
             .resume
             .as_deref()

@@ -67,22 +67,26 @@ INSERT INTO event_batches (job_id, first_seq, last_seq, at_ms, events)
     SELECT job_id, seq, seq, at_ms, '[' || event || ']' FROM events;
 DROP TABLE events;
 "#,
-    // The conversation leaves the state: one row per message, so a save appends what the run
-    // added instead of writing the whole conversation again. A state that is not valid JSON is
-    // left as it is, for the claim that sets it aside to name.
+    // The conversation leaves the state and joins the events: a job's log is one row per save
+    // (`batch` 1, 2, …) holding the events the save added and the messages it wrote, so a save
+    // writes what the run added into the one row it writes anyway, never the whole
+    // conversation again. A job's conversation stays in its state until its next save moves
+    // it (see `record.rs`), so this changes no job's row.
     r#"
-CREATE TABLE messages (
-    job_id  TEXT NOT NULL,
-    idx     INTEGER NOT NULL,
-    message TEXT NOT NULL,
-    PRIMARY KEY (job_id, idx)
+CREATE TABLE saves (
+    job_id        TEXT NOT NULL,
+    batch         INTEGER NOT NULL,
+    first_seq     INTEGER NOT NULL,
+    last_seq      INTEGER NOT NULL,
+    at_ms         INTEGER NOT NULL,
+    events        TEXT NOT NULL,
+    messages_from INTEGER,
+    messages      TEXT,
+    PRIMARY KEY (job_id, batch)
 ) WITHOUT ROWID;
-INSERT INTO messages (job_id, idx, message)
-    SELECT jobs.id, message.key, message.value
-    FROM jobs, json_each(jobs.state, '$.conversation') AS message
-    WHERE json_valid(jobs.state) AND json_type(jobs.state, '$.conversation') = 'array';
-UPDATE jobs SET state = json_remove(state, '$.conversation')
-    WHERE json_valid(state) AND json_type(state, '$.conversation') = 'array';
+INSERT INTO saves (job_id, batch, first_seq, last_seq, at_ms, events)
+    SELECT job_id, first_seq, first_seq, last_seq, at_ms, events FROM event_batches;
+DROP TABLE event_batches;
 "#,
 ];
 
@@ -475,62 +479,64 @@ impl Db {
         Ok((status, row.1, row.2, row.3))
     }
 
+    /// Writes what a save of `id` adds to its log, as its next batch: `events`, numbered on
+    /// from the last ones, and the conversation's new `messages` (none: `None`). Nothing when
+    /// there is neither.
     fn append(
         &self,
         tx: &rusqlite::Connection,
         id: &str,
         events: &EventBatch,
+        messages: Option<&MessageTail>,
         at: i64,
     ) -> Result<(), StoreError> {
-        if events.count == 0 {
+        let messages = messages.filter(|tail| !tail.is_empty());
+        if events.count == 0 && messages.is_none() {
             return Ok(());
         }
-        let last: i64 = tx
+        let (batch, last): (i64, i64) = tx
             .row_cached(
-                "SELECT COALESCE(MAX(last_seq), 0) FROM event_batches WHERE job_id = ?1",
+                "SELECT batch, last_seq FROM saves WHERE job_id = ?1 ORDER BY batch DESC LIMIT 1",
                 [id],
-                |row| row.get(0),
+                |row| Ok((row.get(0)?, row.get(1)?)),
             )
-            .map_err(|e| self.db_error(e))?;
+            .optional()
+            .map_err(|e| self.db_error(e))?
+            .unwrap_or_default();
         tx.exec_cached(
-            "INSERT INTO event_batches (job_id, first_seq, last_seq, at_ms, events) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![id, last + 1, last + events.count as i64, at, events.json],
+            "INSERT INTO saves (job_id, batch, first_seq, last_seq, at_ms, events, \
+             messages_from, messages) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                id,
+                batch + 1,
+                last + 1,
+                last + events.count as i64,
+                at,
+                events.json,
+                messages.map(|tail| tail.first as i64),
+                messages.map(|tail| &tail.json)
+            ],
         )
         .map_err(|e| self.db_error(e))?;
         Ok(())
     }
 
-    /// Replaces the messages of `id` from `tail.first` on with the tail's: an append, unless
-    /// the run moved a message the store already held.
-    fn write_messages(
+    /// The message batches of `id`'s log, in order: where each starts, and its messages.
+    fn message_batches(
         &self,
         tx: &rusqlite::Connection,
         id: &str,
-        tail: &MessageTail,
-    ) -> Result<(), StoreError> {
-        tx.exec_cached(
-            "DELETE FROM messages WHERE job_id = ?1 AND idx >= ?2",
-            params![id, tail.first as i64],
-        )
-        .map_err(|e| self.db_error(e))?;
-        for (index, message) in (tail.first..).zip(&tail.messages) {
-            tx.exec_cached(
-                "INSERT INTO messages (job_id, idx, message) VALUES (?1, ?2, ?3)",
-                params![id, index as i64, message],
+    ) -> Result<Vec<(usize, String)>, StoreError> {
+        let mut query = tx
+            .prepare_cached(
+                "SELECT messages_from, messages FROM saves \
+                 WHERE job_id = ?1 AND messages IS NOT NULL ORDER BY batch",
             )
             .map_err(|e| self.db_error(e))?;
-        }
-        Ok(())
-    }
-
-    /// The messages of `id` as stored, in order.
-    fn messages(&self, tx: &rusqlite::Connection, id: &str) -> Result<Vec<String>, StoreError> {
-        let mut query = tx
-            .prepare_cached("SELECT message FROM messages WHERE job_id = ?1 ORDER BY idx")
-            .map_err(|e| self.db_error(e))?;
         query
-            .query_map([id], |row| row.get::<_, String>(0))
+            .query_map([id], |row| {
+                Ok((row.get::<_, i64>(0)? as usize, row.get::<_, String>(1)?))
+            })
             .map_err(|e| self.db_error(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.db_error(e))
@@ -610,7 +616,7 @@ impl Db {
             params![id, owner, at + lease_ms, at],
         )
         .map_err(|e| self.db_error(e))?;
-        let messages = self.messages(tx, id)?;
+        let messages = self.message_batches(tx, id)?;
         Ok(Some(ClaimedRow {
             id: id.to_owned(),
             owner: owner.to_owned(),
@@ -697,10 +703,9 @@ impl Db {
                 owner: owner.to_owned(),
             });
         }
-        self.write_messages(tx, &job.id, &record.messages)?;
-        self.append(tx, &job.id, &record.events, at)?;
+        self.append(tx, &job.id, &record.events, Some(&record.messages), at)?;
         if let Some((_, finished)) = &cancelled {
-            self.append(tx, &job.id, finished, at)?;
+            self.append(tx, &job.id, finished, None, at)?;
         }
         self.after_write(tx, written, at)
     }
@@ -762,10 +767,9 @@ fn ready<T: Send + 'static>(result: Result<T, StoreError>) -> StoreFuture<T> {
     Box::pin(std::future::ready(result))
 }
 
-/// Stores `job` as a new, pending job.
+/// Stores `job` as a new, pending job, its conversation in its state until its first save.
 fn create_change(db: &Db, job: &JobState) -> Result<impl ChangeBody<()> + use<>, StoreError> {
-    let row = JobRow::of(job).map_err(|e| db.db_error(e))?;
-    let messages = MessageTail::of(&job.conversation).map_err(|e| db.db_error(e))?;
+    let row = JobRow::with_conversation(job).map_err(|e| db.db_error(e))?;
     let at = now_ms();
     Ok(move |db: &Db, tx: &Tx<'_>| {
         tx.exec_cached(
@@ -774,7 +778,7 @@ fn create_change(db: &Db, job: &JobState) -> Result<impl ChangeBody<()> + use<>,
             params![row.id, row.piece, row.movement, row.parent, row.state, at],
         )
         .map_err(|e| db.db_error(e))?;
-        db.write_messages(tx, &row.id, &messages)
+        Ok(())
     })
 }
 
@@ -862,7 +866,7 @@ impl JobStore for SqliteStore {
     fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError> {
         let connection = self.read();
         let (status, state, _, _) = self.db.row_text(&connection, id)?;
-        let messages = self.db.messages(&connection, id)?;
+        let messages = self.db.message_batches(&connection, id)?;
         let text = StoredText {
             state,
             messages,
@@ -1073,8 +1077,8 @@ impl JobStore for SqliteStore {
         let connection = self.read();
         let mut query = connection
             .prepare_cached(
-                "SELECT first_seq, at_ms, events FROM event_batches \
-                 WHERE job_id = ?1 AND last_seq > ?2 ORDER BY first_seq",
+                "SELECT first_seq, at_ms, events FROM saves \
+                 WHERE job_id = ?1 AND last_seq > ?2 ORDER BY batch",
             )
             .map_err(|e| self.db.db_error(e))?;
         let rows = query

@@ -973,3 +973,17 @@ fn a_second_schema_store_keeps_its_jobs_and_conversations_after_the_upgrade() {
         Err(StoreError::Corrupt { job, .. }) if job == "j2"
     ));
 }
+
+#[test]
+fn a_job_cancelled_before_its_first_save_keeps_its_conversation() {
+    let (_dir, store) = store();
+    store.create(&job("j1")).unwrap();
+    assert_eq!(
+        store.cancel("j1", "not needed").unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let (cancelled, status) = store.load("j1").unwrap();
+    assert_eq!(status, JobStatus::Cancelled);
+    assert_eq!(texts(&cancelled), ["hello"]);
+    assert_eq!(cancelled.result.as_deref(), Some("not needed"));
+}

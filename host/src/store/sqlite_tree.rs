@@ -18,7 +18,7 @@ use crate::engine::{
 use crate::phase::ArtifactDraft;
 use crate::plugin::{Resume, SubtaskResult, SubtaskStatus};
 use crate::store::StoreError;
-use crate::store::record::{EventBatch, JobRow};
+use crate::store::record::{EventBatch, JobRow, MessageTail};
 
 /// What `cancel` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,7 +166,10 @@ impl Db {
         let row = JobRow::of(&state).map_err(|e| self.db_error(e))?;
         self.write_state(tx, &row, at, None)?;
         let event = EventBatch::of(&[event]).map_err(|e| self.db_error(e))?;
-        self.append(tx, id, &event, at)?;
+        // A job cancelled before any save still has its conversation in its state, which the
+        // row just written no longer holds: it goes to the log.
+        let messages = MessageTail::of(&state.conversation).map_err(|e| self.db_error(e))?;
+        self.append(tx, id, &event, Some(&messages), at)?;
         self.after_write(tx, &row, at)?;
         Ok(CancelOutcome::Cancelled)
     }
@@ -240,12 +243,8 @@ impl Db {
                 let tree = self.tree_of(tx, root)?;
                 if self.all_final(tx, &tree[1..])? {
                     for id in &tree {
-                        for table in [
-                            "DELETE FROM event_batches WHERE job_id = ?1",
-                            "DELETE FROM messages WHERE job_id = ?1",
-                        ] {
-                            tx.exec_cached(table, [id]).map_err(|e| self.db_error(e))?;
-                        }
+                        tx.exec_cached("DELETE FROM saves WHERE job_id = ?1", [id])
+                            .map_err(|e| self.db_error(e))?;
                         tx.exec_cached("DELETE FROM jobs WHERE id = ?1", [id])
                             .map_err(|e| self.db_error(e))?;
                     }
