@@ -37,15 +37,15 @@ fn calls_of(log: &[JobEvent], name: &str) -> usize {
         .count()
 }
 
-/// The job ended cancelled by its runner, which stopped between steps: the work it had left
-/// (five one-second sleeps, then `complete`) was not done.
-fn stopped_by_its_runner(store: &SqliteStore, id: &str) {
+/// The job ended cancelled by its runner, which stopped between steps with `reason`: the work it
+/// had left (five one-second sleeps, then `complete`) was not done.
+fn stopped_by_its_runner(store: &SqliteStore, id: &str, reason: &str) {
     let (state, status) = store.load(id).unwrap();
     assert_eq!(status, JobStatus::Cancelled, "{state:?}");
-    assert_eq!(state.result.as_deref(), Some(STOPPED));
+    assert_eq!(state.result.as_deref(), Some(reason));
     let log = log(store, id);
     assert!(
-        matches!(log.last(), Some(JobEvent::Finished { status: JobStatus::Cancelled, detail }) if detail == STOPPED),
+        matches!(log.last(), Some(JobEvent::Finished { status: JobStatus::Cancelled, detail }) if detail == reason),
         "{log:?}"
     );
     assert!(calls_of(&log, "sleep") < 5, "it stopped early: {log:?}");
@@ -53,7 +53,7 @@ fn stopped_by_its_runner(store: &SqliteStore, id: &str) {
 }
 
 #[test]
-fn cancelling_a_job_a_worker_is_running_stops_it_at_its_next_step() {
+fn cancelling_a_job_a_worker_is_running_stops_it_at_its_next_step_with_the_reason_given() {
     let workspace = Workspace::new();
     let id = workspace.start("slow", "a long job");
     // A short lease: the runner renews it (and hears of the cancel) every 200 ms.
@@ -64,7 +64,7 @@ fn cancelling_a_job_a_worker_is_running_stops_it_at_its_next_step() {
     let store = workspace.store();
     wait_until("the job runs", || status(&store, &id) == JobStatus::Running);
 
-    let output = workspace.on_the_store(&["jobs", "cancel", &id]);
+    let output = workspace.on_the_store(&["jobs", "cancel", &id, "--reason", "wrong vendor"]);
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(
         said.starts_with(&format!(
@@ -77,7 +77,7 @@ fn cancelling_a_job_a_worker_is_running_stops_it_at_its_next_step() {
     });
     worker.kill().unwrap();
     worker.wait().unwrap();
-    stopped_by_its_runner(&store, &id);
+    stopped_by_its_runner(&store, &id, "wrong vendor");
 }
 
 #[test]
@@ -151,5 +151,5 @@ fn ctrl_c_on_maestro_run_cancels_the_job_at_its_next_step() {
         ),
         "{stderr}"
     );
-    stopped_by_its_runner(&workspace.store(), &job);
+    stopped_by_its_runner(&workspace.store(), &job, STOPPED);
 }

@@ -139,7 +139,8 @@ pub enum JobsCommand {
         #[command(flatten)]
         output: OutputOptions,
     },
-    /// Cancel a job that is pending or waiting.
+    /// Cancel a job and its open subtasks: a pending or waiting one at once, a running one at its
+    /// next step; each ends with the reason given.
     Cancel {
         id: String,
         #[arg(long, default_value = "cancelled by an operator")]

@@ -83,7 +83,7 @@ pub(crate) async fn run_movement(
     let tools = prompt::tool_definitions(cx.catalog, movement);
     loop {
         if cx.cancel.is_cancelled() {
-            return MovementResult::cancelled();
+            return MovementResult::cancelled(cx.cancel.reason());
         }
         if job.turns >= cx.limits.max_iterations {
             return MovementResult::guard(
@@ -211,7 +211,7 @@ async fn run_call(
         return Flow::Continue;
     }
     if cx.cancel.is_cancelled() {
-        return Flow::Finish(MovementResult::cancelled());
+        return Flow::Finish(MovementResult::cancelled(cx.cancel.reason()));
     }
     if call.name == TRANSITION_TOOL && !movement.rules.is_empty() {
         return transition(cx, movement, job, call);

@@ -80,17 +80,31 @@ impl Default for EngineLimits {
     }
 }
 
-/// Asks a running job to stop at its next model turn or tool call.
+/// Asks a running job to stop at its next model turn or tool call, with the reason given for it
+/// if there is one (the first one given stands).
 #[derive(Debug, Clone, Default)]
-pub struct CancelFlag(Arc<AtomicBool>);
+pub struct CancelFlag {
+    cancelled: Arc<AtomicBool>,
+    reason: Arc<std::sync::OnceLock<String>>,
+}
 
 impl CancelFlag {
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    /// [`CancelFlag::cancel`], saying why: the job ends with this reason.
+    pub fn cancel_because(&self, reason: &str) {
+        let _ = self.reason.set(reason.to_owned());
+        self.cancel();
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.get().map(String::as_str)
     }
 }
 

@@ -107,10 +107,11 @@ impl MovementResult {
         }
     }
 
-    pub fn cancelled() -> Self {
+    /// A cancel, with the reason its asker gave, if any.
+    pub fn cancelled(reason: Option<&str>) -> Self {
         Self {
             cancelled: true,
-            ..Self::abort("cancelled by a user or operator")
+            ..Self::abort(reason.unwrap_or("cancelled by a user or operator"))
         }
     }
 

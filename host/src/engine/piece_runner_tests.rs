@@ -83,7 +83,7 @@ fn terminal_abort_and_guards_abort_naming_the_guard() {
 
 #[test]
 fn a_cancellation_is_an_abort_that_ends_as_cancelled() {
-    let result = MovementResult::cancelled();
+    let result = MovementResult::cancelled(Some("wrong vendor"));
     assert_eq!(result.next, Some(Target::Sentinel(Sentinel::Abort)));
     let Step::Done(done) = map_movement_result(result, CONTEXT) else {
         panic!("cancel ends the job");

@@ -134,10 +134,10 @@ pub trait JobStore: Send + Sync {
     /// so many runners' claims can share one commit.
     fn claim_next_async(&self, owner: &str, lease_ms: i64) -> StoreFuture<Option<ClaimedJob>>;
 
-    /// Extends `owner`'s lease on a running job and says whether someone asked it to stop;
-    /// refused when the lease went to someone else. Async: the runner's task renews beside
-    /// the run, without holding a thread.
-    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> StoreFuture<bool>;
+    /// Extends `owner`'s lease on a running job and, if someone asked it to stop, says with
+    /// which reason; refused when the lease went to someone else. Async: the runner's task
+    /// renews beside the run, without holding a thread.
+    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> StoreFuture<Option<String>>;
 
     /// Writes the job after (part of) a run by `owner`, with the events the run produced,
     /// atomically, and releases the lease unless the job is still running. Refused when

@@ -71,7 +71,8 @@ DROP TABLE events;
     // (`batch` 1, 2, …) holding the events the save added and the messages it wrote, so a save
     // writes what the run added into the one row it writes anyway, never the whole
     // conversation again. A job's conversation stays in its state until its next save moves
-    // it (see `record.rs`), so this changes no job's row.
+    // it (see `record.rs`), so this changes no job's row. A cancel asked of a running job now
+    // keeps its reason, for the run that ends it.
     r#"
 CREATE TABLE saves (
     job_id        TEXT NOT NULL,
@@ -87,6 +88,7 @@ CREATE TABLE saves (
 INSERT INTO saves (job_id, batch, first_seq, last_seq, at_ms, events)
     SELECT job_id, first_seq, first_seq, last_seq, at_ms, events FROM event_batches;
 DROP TABLE event_batches;
+ALTER TABLE jobs ADD COLUMN cancel_reason TEXT;
 "#,
 ];
 
@@ -200,6 +202,10 @@ impl ClaimedRow {
         move |db, tx| db.set_aside(tx, &id, &owner, at, &error)
     }
 }
+
+/// How a job cancelled while it ran ends when its cancel came without a reason (stored before
+/// reasons were kept).
+const CANCELLED_WHILE_RUNNING: &str = "cancelled by a user or operator";
 
 /// Read connections per store.
 const READERS: usize = 4;
@@ -979,16 +985,20 @@ impl JobStore for SqliteStore {
         Ok(ids)
     }
 
-    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> StoreFuture<bool> {
+    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> StoreFuture<Option<String>> {
         let at = now_ms();
         let (id, owner) = (id.to_owned(), owner.to_owned());
         self.write_async(move |db, tx| {
             let cancel_requested = tx
                 .row_cached(
                     "UPDATE jobs SET lease_until_ms = ?3 WHERE id = ?1 AND lease_owner = ?2 \
-                     AND status = 'running' RETURNING cancel_requested",
+                     AND status = 'running' RETURNING cancel_requested, cancel_reason",
                     params![id, owner, at + lease_ms],
-                    |row| row.get::<_, bool>(0),
+                    |row| {
+                        let asked = row.get::<_, bool>(0)?;
+                        let reason = row.get::<_, Option<String>>(1)?;
+                        Ok(asked.then(|| reason.unwrap_or_else(|| CANCELLED_WHILE_RUNNING.into())))
+                    },
                 )
                 .optional()
                 .map_err(|e| db.db_error(e))?;

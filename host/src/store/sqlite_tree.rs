@@ -158,8 +158,11 @@ impl Db {
             }
         }
         if live_run {
-            tx.exec_cached("UPDATE jobs SET cancel_requested = 1 WHERE id = ?1", [id])
-                .map_err(|e| self.db_error(e))?;
+            tx.exec_cached(
+                "UPDATE jobs SET cancel_requested = 1, cancel_reason = ?2 WHERE id = ?1",
+                rusqlite::params![id, reason],
+            )
+            .map_err(|e| self.db_error(e))?;
             return Ok(CancelOutcome::Requested);
         }
         let event = end_outside(&mut state, JobStatus::Cancelled, reason);
@@ -188,20 +191,22 @@ impl Db {
         }
         let requested = tx
             .row_cached(
-                "SELECT cancel_requested FROM jobs WHERE id = ?1 AND lease_owner = ?2",
+                "SELECT cancel_reason FROM jobs WHERE id = ?1 AND lease_owner = ?2 \
+                 AND cancel_requested",
                 rusqlite::params![job.id, owner],
-                |row| row.get::<_, bool>(0),
+                |row| row.get::<_, Option<String>>(0),
             )
             .optional()
-            .map_err(|e| self.db_error(e))?
-            .unwrap_or(false);
-        if !requested {
+            .map_err(|e| self.db_error(e))?;
+        let Some(reason) = requested else {
             return Ok(None);
-        }
+        };
         let mut state: JobState =
             serde_json::from_str(&job.state).map_err(|e| self.corrupt(&job.id, e))?;
-        let detail = "cancelled while it ran: the cancel was asked for before the run stopped";
-        let finished = end_outside(&mut state, JobStatus::Cancelled, detail);
+        let detail = reason.unwrap_or_else(|| {
+            "cancelled while it ran: the cancel was asked for before the run stopped".to_owned()
+        });
+        let finished = end_outside(&mut state, JobStatus::Cancelled, &detail);
         let row = JobRow::of(&state).map_err(|e| self.db_error(e))?;
         let finished = EventBatch::of(&[finished]).map_err(|e| self.db_error(e))?;
         Ok(Some((row, finished)))

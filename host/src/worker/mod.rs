@@ -324,8 +324,8 @@ impl JobRun<'_> {
             loop {
                 tokio::time::sleep(lease / 3).await;
                 match store.renew(&job, &owner, lease.as_millis() as i64).await {
-                    Ok(false) => {}
-                    Ok(true) => cancel.cancel(),
+                    Ok(None) => {}
+                    Ok(Some(reason)) => cancel.cancel_because(&reason),
                     Err(error) => {
                         tracing::warn!(%job, "cannot renew the lease: {error}");
                         lease_lost.cancel();
