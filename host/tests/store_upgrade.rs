@@ -103,6 +103,17 @@ fn store_migrate_upgrades_a_second_schema_store_once_and_says_so() {
         again.trim(),
         format!("store {}: schema version 3, up to date", store.display())
     );
+    let mistyped = store.with_file_name("jobs-typo.db");
+    let refused = maestro(&mistyped, &["store", "migrate"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert_eq!(
+        text(&refused).trim(),
+        format!(
+            "error: no store at {}: there is nothing to migrate",
+            mistyped.display()
+        )
+    );
+    assert!(!mistyped.exists());
 }
 
 #[test]
@@ -182,8 +193,22 @@ fn a_second_schema_store_keeps_its_jobs_logs_and_conversations_and_its_parked_jo
         "{approved}"
     );
 
-    // The resumed job's conversation is the stored one with the run's messages after it.
+    // The resumed jobs' events follow the ones written before the upgrade, numbered on.
     let opened = SqliteStore::open(&store).unwrap();
+    for id in [ASKED, APPROVAL] {
+        let events = opened.events(id, 0).unwrap();
+        let seqs: Vec<u64> = events.iter().map(|event| event.seq).collect();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{id}");
+        assert!(seqs.len() > 8, "{id}: {seqs:?}");
+        assert!(
+            matches!(
+                events.last().map(|event| &event.event),
+                Some(maestro::engine::JobEvent::Finished { .. })
+            ),
+            "{id}"
+        );
+    }
+    // The resumed job's conversation is the stored one with the run's messages after it.
     let (asked, _) = opened.load(ASKED).unwrap();
     assert_eq!(
         roles(&asked.conversation),

@@ -140,7 +140,8 @@ pub enum JobsCommand {
         output: OutputOptions,
     },
     /// Cancel a job and its open subtasks: a pending or waiting one at once, a running one at its
-    /// next step; each ends with the reason given.
+    /// next step. The job ends with the reason given (its subtasks with "its parent job was
+    /// cancelled"); of two reasons for one running job, the first stands.
     Cancel {
         id: String,
         #[arg(long, default_value = "cancelled by an operator")]

@@ -25,6 +25,13 @@ pub fn execute(command: &StoreCommand) -> Result<(), Failure> {
     match command {
         StoreCommand::Migrate { store } => {
             let setup = store_only(store)?;
+            // Opening a path that holds nothing would make a new store: a mistyped path is said.
+            if !setup.store.is_file() {
+                return Err(Failure::usage(format!(
+                    "no store at {}: there is nothing to migrate",
+                    setup.store.display()
+                )));
+            }
             let store = SqliteStore::open(&setup.store).map_err(Failure::usage)?;
             let schema = store.schema();
             if schema.found == schema.now {

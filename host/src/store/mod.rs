@@ -1,10 +1,11 @@
-//! The durable job store: one row per job and an append-only event log per job.
+//! The durable job store: one row per job and an append-only log per job of what each save
+//! added (events and conversation messages; see `record.rs`).
 //!
 //! Invariant: the store is the only truth about a job between runs. The `status` column says
 //! who may act next (`pending`: any runner; `running`: the runner holding the lease;
-//! `waiting_*`: whoever answers the wait, exactly once); the `state` column is the engine's
-//! [`JobState`], written together with the events of the run in one transaction, so a job is
-//! never seen half-saved. An answer is recorded only while the job waits and nobody has answered
+//! `waiting_*`: whoever answers the wait, exactly once); the `state` column and the log make
+//! the engine's [`JobState`], written together with the events of the run in one transaction,
+//! so a job is never seen half-saved. An answer is recorded only while the job waits and nobody has answered
 //! yet: a second answer is refused with [`StoreError::NotWaiting`], never applied twice.
 //! Events get consecutive sequence numbers per job, starting at 1, and are never changed; they go
 //! only with their job, when retention deletes a tree of jobs that have all ended.

@@ -68,7 +68,8 @@ INSERT INTO event_batches (job_id, first_seq, last_seq, at_ms, events)
 DROP TABLE events;
 "#,
     // The conversation leaves the state and joins the events: a job's log is one row per save
-    // (`batch` 1, 2, …) holding the events the save added and the messages it wrote, so a save
+    // (numbered by `batch`, rising; a row of the event log before keeps its first event's number)
+    // holding the events the save added and the messages it wrote, so a save
     // writes what the run added into the one row it writes anyway, never the whole
     // conversation again. A job's conversation stays in its state until its next save moves
     // it (see `record.rs`), so this changes no job's row. A cancel asked of a running job now
@@ -259,6 +260,14 @@ impl SqliteStore {
             let tx = connection
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| fail(e.to_string()))?;
+            // Another process opening the same file may have applied it since the version was
+            // read: the write lock is held now, so this look is the one that counts.
+            let now: usize = tx
+                .query_row("PRAGMA user_version", [], |row| row.get(0))
+                .map_err(|e| fail(e.to_string()))?;
+            if now > index {
+                continue;
+            }
             tx.execute_batch(migration)
                 .and_then(|()| tx.pragma_update(None, "user_version", index + 1))
                 .and_then(|()| tx.commit())
@@ -871,8 +880,14 @@ impl JobStore for SqliteStore {
 
     fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError> {
         let connection = self.read();
-        let (status, state, _, _) = self.db.row_text(&connection, id)?;
-        let messages = self.db.message_batches(&connection, id)?;
+        // The row and its log from one snapshot: a save or a prune committed between two reads
+        // would mix two versions of the job.
+        let snapshot = connection
+            .unchecked_transaction()
+            .map_err(|e| self.db.db_error(e))?;
+        let (status, state, _, _) = self.db.row_text(&snapshot, id)?;
+        let messages = self.db.message_batches(&snapshot, id)?;
+        drop(snapshot);
         let text = StoredText {
             state,
             messages,

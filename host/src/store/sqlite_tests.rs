@@ -194,6 +194,11 @@ fn cancel_ends_a_waiting_job_but_not_a_finished_one() {
         store.cancel("j1", "stop").unwrap(),
         CancelOutcome::Requested
     );
+    // Asked again, with another reason: the first stands.
+    assert_eq!(
+        store.cancel("j1", "another reason").unwrap(),
+        CancelOutcome::Requested
+    );
     assert_eq!(
         run_to_end(store.renew("j1", "r", 60_000))
             .unwrap()
@@ -953,7 +958,7 @@ fn a_second_schema_store_keeps_its_jobs_and_conversations_after_the_upgrade() {
     assert_eq!(status, JobStatus::WaitingHuman);
     assert_eq!(loaded, parked_job);
     assert_eq!(texts(&loaded), ["hello", "Which city?"]);
-    // The answer is checked against the moved state and the job resumes with it whole.
+    // The answer is checked against the stored state and the job resumes with it whole.
     store
         .answer(
             "j1",

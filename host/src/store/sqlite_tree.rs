@@ -158,8 +158,10 @@ impl Db {
             }
         }
         if live_run {
+            // The first reason asked of a live run stands, as in its runner's cancel flag.
             tx.exec_cached(
-                "UPDATE jobs SET cancel_requested = 1, cancel_reason = ?2 WHERE id = ?1",
+                "UPDATE jobs SET cancel_requested = 1, \
+                 cancel_reason = COALESCE(cancel_reason, ?2) WHERE id = ?1",
                 rusqlite::params![id, reason],
             )
             .map_err(|e| self.db_error(e))?;
