@@ -76,15 +76,23 @@ fn succeeded(output: Output) -> String {
     shown
 }
 
-fn roles(messages: &[Message]) -> Vec<&'static str> {
-    messages
+/// The first message of `id`'s conversation as loaded from `store`, and the roles of all.
+fn conversation(store: &SqliteStore, id: &str) -> (Message, Vec<&'static str>) {
+    let (job, _) = store.load(id).unwrap();
+    let roles = job
+        .conversation
         .iter()
         .map(|message| match message {
             Message::User { .. } => "user",
             Message::Assistant { .. } => "assistant",
             Message::Tool { .. } => "tool",
         })
-        .collect()
+        .collect();
+    (job.conversation[0].clone(), roles)
+}
+
+fn user(text: &str) -> Message {
+    Message::User { text: text.into() }
 }
 
 #[test]
@@ -161,19 +169,17 @@ fn a_second_schema_store_keeps_its_jobs_logs_and_conversations_and_its_parked_jo
 
     {
         let opened = SqliteStore::open(&store).unwrap();
-        let (completed, _) = opened.load(COMPLETED).unwrap();
         assert_eq!(
-            roles(&completed.conversation),
-            ["user", "assistant", "tool", "assistant", "tool"]
+            conversation(&opened, COMPLETED),
+            (
+                user("Packing for a week away"),
+                vec!["user", "assistant", "tool", "assistant", "tool"]
+            )
         );
         assert_eq!(
-            completed.conversation[0],
-            Message::User {
-                text: "Packing for a week away".into()
-            }
+            conversation(&opened, ASKED),
+            (user("What should I pack?"), vec!["user", "assistant"])
         );
-        let (asked, _) = opened.load(ASKED).unwrap();
-        assert_eq!(roles(&asked.conversation), ["user", "assistant"]);
     }
 
     let chat = engine_flags("chat.yaml");
@@ -209,15 +215,11 @@ fn a_second_schema_store_keeps_its_jobs_logs_and_conversations_and_its_parked_jo
         );
     }
     // The resumed job's conversation is the stored one with the run's messages after it.
-    let (asked, _) = opened.load(ASKED).unwrap();
     assert_eq!(
-        roles(&asked.conversation),
-        ["user", "assistant", "tool", "assistant", "tool"]
-    );
-    assert_eq!(
-        asked.conversation[0],
-        Message::User {
-            text: "What should I pack?".into()
-        }
+        conversation(&opened, ASKED),
+        (
+            user("What should I pack?"),
+            vec!["user", "assistant", "tool", "assistant", "tool"]
+        )
     );
 }
