@@ -1,19 +1,19 @@
-//! How a job is laid out in a store, whatever the database: a row of small columns with the
-//! job's state but its conversation, and a log of one row per save holding the events the save
+//! How a job is laid out in a store, whatever the database: a row with the job's columns and
+//! its state but its conversation, and a log of one row per save holding the events the save
 //! added and the messages it wrote.
 //!
-//! Invariant: a save writes the job's row and a log row with the run's new events and the
-//! messages after the ones the store held as they are when it handed the job out
-//! ([`crate::engine::Conversation::unchanged`]; none when there is neither, and a second row for
-//! the end of a run cancelled meanwhile); never the whole conversation again. (The mark does not
-//! move on a save: a runner saves once per claim, and a second save from the same value
-//! rewrites from the same place, which is correct but not cheaper.) So the
-//! bytes a save writes follow what the run added, not how long the job has been going. A new
-//! job (and one stored before the log held messages) keeps its conversation in its state,
+//! Invariant: a save writes the job's row and one log row with the run's new events and the
+//! messages after those the store held as they are when it handed the job out
+//! ([`crate::engine::Conversation::unchanged`]); no log row when there is neither, and a second
+//! one for the end of a run cancelled meanwhile. The conversation is never written whole again,
+//! so the bytes a save writes follow what the run added, not how long the job has been going.
+//! A new job (and one stored before the log held messages) keeps its conversation in its state,
 //! which no log row holds yet; its first save writes it to the log whole and takes it out of
 //! the state. Reading the log's message batches in order, each cutting the conversation where
-//! it starts and adding its messages, gives the conversation back. Everything here is
-//! serialized by the caller, off the thread that commits, which only runs SQL.
+//! it starts and adding its messages, gives the conversation back. The mark does not move on a
+//! save: a runner saves once per claim, and a second save from the same value rewrites from
+//! the same place, which is correct but not cheaper. Everything here is serialized by the
+//! caller, off the thread that commits, which only runs SQL.
 
 use super::ClaimedJob;
 use crate::engine::{Answer, Conversation, JobEvent, JobState, JobStatus, ResumePoint};
