@@ -1,56 +1,18 @@
 //! `maestro run` and `maestro jobs` as separate processes on one store file: a job parks in one
 //! process, survives it, and is answered (once) from another.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::Path;
 
+mod cli_support;
 mod common;
+
+use cli_support::{maestro, repo, scripted_flags, text, with};
 
 use maestro_plugins as artifacts;
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// `maestro` with the environment cleared of anything that would change the choices.
-fn maestro(store: &Path, args: &[&str]) -> Output {
-    let mut command = common::maestro_command();
-    command.args(args).arg("--store").arg(store);
-    command.output().unwrap()
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
 fn chat_flags() -> Vec<String> {
-    let repo = repo();
-    vec![
-        "--model".into(),
-        format!(
-            "scripted:{}",
-            repo.join("pieces/scripts/chat.yaml").display()
-        ),
-        "--plugins".into(),
-        artifacts::DIR.into(),
-        "--pieces".into(),
-        repo.join("pieces").display().to_string(),
-    ]
-}
-
-fn with<'a>(args: &[&'a str], flags: &'a [String]) -> Vec<&'a str> {
-    args.iter()
-        .copied()
-        .chain(flags.iter().map(String::as_str))
-        .collect()
+    scripted_flags("chat.yaml")
 }
 
 fn jobs(store: &Path, status: &str) -> Vec<Value> {

@@ -2,56 +2,14 @@
 //! worker until a human must act, `jobs show` prints the phase machine's phase and reason,
 //! `jobs artifacts` the drafts, and `jobs revise` / `jobs accept` carry the review on to the end.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::Path;
 
+mod cli_support;
 mod common;
 
-use maestro_plugins as artifacts;
+use cli_support::{maestro, scripted_flags as flags, text, with};
+
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn maestro(store: &Path, args: &[&str]) -> Output {
-    let mut command = common::maestro_command();
-    command.args(args).arg("--store").arg(store);
-    command.output().unwrap()
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-fn flags(script: &str) -> Vec<String> {
-    let repo = repo();
-    vec![
-        "--model".into(),
-        format!(
-            "scripted:{}",
-            repo.join("pieces/scripts").join(script).display()
-        ),
-        "--plugins".into(),
-        artifacts::DIR.into(),
-        "--pieces".into(),
-        repo.join("pieces").display().to_string(),
-    ]
-}
-
-fn with<'a>(args: &[&'a str], flags: &'a [String]) -> Vec<&'a str> {
-    args.iter()
-        .copied()
-        .chain(flags.iter().map(String::as_str))
-        .collect()
-}
 
 fn show(store: &Path, id: &str) -> (String, Value) {
     let shown = maestro(store, &["jobs", "show", id]);

@@ -12,7 +12,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+mod cli_support;
 mod common;
+
+use cli_support::{maestro, scripted_flags, text, with};
 
 use maestro::llm::Message;
 use maestro::store::{JobStore, SqliteStore};
@@ -21,13 +24,6 @@ use serde_json::Value;
 const ASKED: &str = "job-01a23be514c8719fb40f160d6e890387";
 const COMPLETED: &str = "job-01a23be514e4758b939d132be1f408da";
 const APPROVAL: &str = "job-01a23be515d67265b5ec7f2134fec2d9";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
 
 /// The fixture, copied where the test may change it.
 fn upgraded_copy() -> (tempfile::TempDir, PathBuf) {
@@ -39,35 +35,6 @@ fn upgraded_copy() -> (tempfile::TempDir, PathBuf) {
     )
     .unwrap();
     (dir, store)
-}
-
-fn maestro(store: &Path, args: &[&str]) -> Output {
-    let mut command = common::maestro_command();
-    command.args(args).arg("--store").arg(store);
-    command.output().unwrap()
-}
-
-fn engine_flags(script: &str) -> Vec<String> {
-    let repo = repo();
-    vec![
-        "--model".into(),
-        format!(
-            "scripted:{}",
-            repo.join("pieces/scripts").join(script).display()
-        ),
-        "--plugins".into(),
-        maestro_plugins::DIR.into(),
-        "--pieces".into(),
-        repo.join("pieces").display().to_string(),
-    ]
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 fn succeeded(output: Output) -> String {
@@ -182,18 +149,20 @@ fn a_second_schema_store_keeps_its_jobs_logs_and_conversations_and_its_parked_jo
         );
     }
 
-    let chat = engine_flags("chat.yaml");
-    let mut answer = vec!["jobs", "answer", ASKED, "Lisbon"];
-    answer.extend(chat.iter().map(String::as_str));
-    let answered = succeeded(maestro(&store, &answer));
+    let chat = scripted_flags("chat.yaml");
+    let answered = succeeded(maestro(
+        &store,
+        &with(&["jobs", "answer", ASKED, "Lisbon"], &chat),
+    ));
     assert!(
         answered.contains("completed: Packing list ready for the destination you gave."),
         "{answered}"
     );
-    let approval = engine_flags("approval.yaml");
-    let mut approve = vec!["jobs", "approve", APPROVAL];
-    approve.extend(approval.iter().map(String::as_str));
-    let approved = succeeded(maestro(&store, &approve));
+    let approval = scripted_flags("approval.yaml");
+    let approved = succeeded(maestro(
+        &store,
+        &with(&["jobs", "approve", APPROVAL], &approval),
+    ));
     assert!(
         approved.contains("completed: RotateKey was approved for staging"),
         "{approved}"
