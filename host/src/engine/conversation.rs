@@ -28,10 +28,6 @@ impl Conversation {
         }
     }
 
-    pub fn messages(&self) -> &[Message] {
-        &self.messages
-    }
-
     /// How many leading messages are as the store that handed this out holds them: a save
     /// writes the ones after.
     pub fn unchanged(&self) -> usize {

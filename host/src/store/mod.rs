@@ -5,8 +5,9 @@
 //! who may act next (`pending`: any runner; `running`: the runner holding the lease;
 //! `waiting_*`: whoever answers the wait, exactly once); the `state` column and the log make
 //! the engine's [`JobState`], written together with the events of the run in one transaction,
-//! so a job is never seen half-saved. An answer is recorded only while the job waits and nobody has answered
-//! yet: a second answer is refused with [`StoreError::NotWaiting`], never applied twice.
+//! so a job is never seen half-saved. An answer is recorded only while the job waits and
+//! nobody has answered yet: a second answer is refused with [`StoreError::NotWaiting`], never
+//! applied twice.
 //! Events get consecutive sequence numbers per job, starting at 1, and are never changed; they go
 //! only with their job, when retention deletes a tree of jobs that have all ended.
 

@@ -37,15 +37,18 @@ pub(super) struct JobRow {
 impl JobRow {
     /// The row a save writes: the conversation goes to the log.
     pub fn of(job: &JobState) -> Result<Self, serde_json::Error> {
-        Self::with_state(job, serde_json::to_string(&job.without_conversation())?)
+        Ok(Self::with_state(
+            job,
+            serde_json::to_string(&job.without_conversation())?,
+        ))
     }
 
     /// The row of a new job, whose conversation waits in its state for the job's first save.
     pub fn with_conversation(job: &JobState) -> Result<Self, serde_json::Error> {
-        Self::with_state(job, serde_json::to_string(job)?)
+        Ok(Self::with_state(job, serde_json::to_string(job)?))
     }
 
-    fn with_state(job: &JobState, state: String) -> Result<Self, serde_json::Error> {
+    fn with_state(job: &JobState, state: String) -> Self {
         let parked_plugin = job.wait.as_ref().and_then(|wait| match &wait.resume {
             ResumePoint::ParkedCall { plugin, .. } | ResumePoint::ApprovalGate { plugin, .. } => {
                 Some(plugin.content_hash.clone())
@@ -54,7 +57,7 @@ impl JobRow {
             | ResumePoint::BurstGate { .. }
             | ResumePoint::EnterPiece => None,
         });
-        Ok(Self {
+        Self {
             id: job.id.clone(),
             piece: job.piece.clone(),
             status: job.status,
@@ -68,7 +71,7 @@ impl JobRow {
             parked_plugin,
             wait_expires_at_ms: job.wait.as_ref().and(job.wait_expires_at_ms),
             state,
-        })
+        }
     }
 }
 
