@@ -12,14 +12,18 @@
 //! only with their job, when retention deletes a tree of jobs that have all ended.
 
 mod record;
+mod rows;
+mod rules;
 mod sqlite;
+mod tree;
 
 use std::future::Future;
 use std::pin::Pin;
 
 use serde::Serialize;
 
-pub use sqlite::{CancelOutcome, Schema, SqliteStore};
+pub use sqlite::{Schema, SqliteStore};
+pub use tree::CancelOutcome;
 
 use crate::engine::{Answer, JobEvent, JobState, JobStatus};
 
@@ -92,6 +96,11 @@ pub struct ClaimedJob {
 
 /// A store call that leaves the calling thread free while the change waits for its commit.
 pub type StoreFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send>>;
+
+/// A store call answered at once.
+fn ready<T: Send + 'static>(result: Result<T, StoreError>) -> StoreFuture<T> {
+    Box::pin(std::future::ready(result))
+}
 
 /// What [`JobStore::save_and_claim_next`] did: whether the save stood, and the job claimed
 /// next.

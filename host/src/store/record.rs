@@ -15,7 +15,7 @@
 //! the same place, which is correct but not cheaper. Everything here is serialized by the
 //! caller, off the thread that commits, which only runs SQL.
 
-use super::ClaimedJob;
+use super::{ClaimedJob, StoredEvent};
 use crate::engine::{Answer, Conversation, JobEvent, JobState, JobStatus, ResumePoint};
 use crate::llm::Message;
 
@@ -172,4 +172,24 @@ impl StoredText {
             .map_err(|e| format!("its pending answer: {e}"))?;
         Ok(ClaimedJob { state, resume })
     }
+}
+
+/// The events of a job's log batches (first event number, written at, events as a JSON
+/// array), numbered, those after `after` only; an error says which batch does not parse.
+pub(super) fn numbered_events(
+    batches: Vec<(i64, i64, String)>,
+    after: u64,
+) -> Result<Vec<StoredEvent>, String> {
+    let mut events = Vec::new();
+    for (first, at_ms, text) in batches {
+        let batch: Vec<JobEvent> =
+            serde_json::from_str(&text).map_err(|e| format!("events from {first}: {e}"))?;
+        let numbered = (first as u64..).zip(batch);
+        events.extend(
+            numbered
+                .filter(|(seq, _)| *seq > after)
+                .map(|(seq, event)| StoredEvent { seq, at_ms, event }),
+        );
+    }
+    Ok(events)
 }

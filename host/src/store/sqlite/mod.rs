@@ -1,7 +1,8 @@
 //! The embedded store: SQLite in one file (WAL), schema migrations by `user_version`.
 //!
 //! Invariant: every change runs inside an `IMMEDIATE` transaction of the store's one writer
-//! thread (`sqlite_writer.rs`), so two processes on the same file see each change whole or not
+//! thread (`writer.rs`); the changes themselves are the store's rules (`rules.rs`, `tree.rs`)
+//! over SQLite's statements (`rows.rs`), so two processes on the same file see each change whole or not
 //! at all, and a check-then-write (answer, claim, cancel) cannot interleave with another.
 //! Changes queued together share a transaction, and a refused one leaves no trace: a change
 //! checks before it writes, and one that fails after writing makes the writer replay its batch
@@ -11,14 +12,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior, params};
 
-use super::record::{EventBatch, JobRow, MessageTail, SaveRecord, StoredText};
-use super::{ClaimedJob, Handoff, JobStore, JobSummary, StoreError, StoreFuture, StoredEvent};
-use crate::engine::{
-    Answer, EngineAnswer, JobEvent, JobSession, JobState, JobStatus, WaitRequest, check_answer,
+use super::record::{JobRow, SaveRecord, StoredText, numbered_events};
+use super::rules::{self, ClaimedRow, now_ms, unreadable_is_none};
+use super::tree::{self, CancelOutcome};
+use super::{
+    ClaimedJob, Handoff, JobStore, JobSummary, StoreError, StoreFuture, StoredEvent, ready,
 };
-use crate::plugin::Resume;
+use crate::engine::{Answer, JobEvent, JobState, JobStatus};
 
 /// Schema versions, applied in order; the index + 1 is the `user_version` after each.
 const MIGRATIONS: &[&str] = &[
@@ -93,40 +95,10 @@ ALTER TABLE jobs ADD COLUMN cancel_reason TEXT;
 "#,
 ];
 
-#[path = "sqlite_tree.rs"]
-mod tree;
-#[path = "sqlite_writer.rs"]
+mod rows;
 mod writer;
+use rows::{Cached, SqliteRows};
 use writer::Tx;
-
-/// Every statement through SQLite's prepared-statement cache: parsing SQL anew for each call
-/// was a large share of a park/resume cycle.
-trait Cached {
-    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
-    fn row_cached<T, P: rusqlite::Params>(
-        &self,
-        sql: &str,
-        params: P,
-        read: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> rusqlite::Result<T>;
-}
-
-impl Cached for Connection {
-    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
-        self.prepare_cached(sql)?.execute(params)
-    }
-
-    fn row_cached<T, P: rusqlite::Params>(
-        &self,
-        sql: &str,
-        params: P,
-        read: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> rusqlite::Result<T> {
-        self.prepare_cached(sql)?.query_row(params, read)
-    }
-}
-
-pub use tree::CancelOutcome;
 
 pub struct SqliteStore {
     db: Arc<Db>,
@@ -159,64 +131,8 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-/// The part of a stored state that an answer is checked against. Reading only it spares the
-/// writer's thread the rest, the conversation above all.
-#[derive(serde::Deserialize)]
-struct StateWait {
-    wait: Option<WaitToAnswer>,
-    #[serde(default)]
-    session: Option<JobSession>,
-    #[serde(default)]
-    parent: Option<String>,
-    #[serde(default)]
-    reviewed_by_parent: bool,
-}
-
-#[derive(serde::Deserialize)]
-struct WaitToAnswer {
-    /// As in [`crate::engine::Wait`], where it may be missing.
-    #[serde(default)]
-    id: u32,
-    request: WaitRequest,
-}
-
-/// A job's row as a claim took it. Parsing its state and messages is left to the caller, off
-/// the writer's thread that every runner waits for.
-struct ClaimedRow {
-    id: String,
-    owner: String,
-    text: StoredText,
-}
-
-impl ClaimedRow {
-    fn parse(&self, db: &Db) -> Result<ClaimedJob, StoreError> {
-        self.text.parse().map_err(|e| db.corrupt(&self.id, e))
-    }
-
-    /// The change that takes an unreadable job out of the runnable ones, as `error`: it would
-    /// otherwise be offered to every runner for ever. Its text stays in the file for a human.
-    fn set_aside(
-        &self,
-        error: StoreError,
-    ) -> impl FnMut(&Db, &Tx<'_>) -> Result<(), StoreError> + Send + 'static {
-        let (id, owner, at) = (self.id.clone(), self.owner.clone(), now_ms());
-        move |db, tx| db.set_aside(tx, &id, &owner, at, &error)
-    }
-}
-
-/// How a job cancelled while it ran ends when its cancel came without a reason (stored before
-/// reasons were kept).
-const CANCELLED_WHILE_RUNNING: &str = "cancelled by a user or operator";
-
 /// Read connections per store.
 const READERS: usize = 4;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
 
 impl SqliteStore {
     /// Opens (creating if needed) the store file and brings its schema up to date.
@@ -367,13 +283,15 @@ impl SqliteStore {
     }
 
     /// The job a claim took, parsed here rather than on the writer's thread. Unreadable, it is
-    /// set aside (see [`ClaimedRow::set_aside`]) and the claim fails with why.
+    /// set aside (see [`rules::set_aside`]) and the claim fails with why.
     fn parse_claimed(&self, claimed: Option<ClaimedRow>) -> Result<Option<ClaimedJob>, StoreError> {
         let Some(row) = claimed else { return Ok(None) };
-        row.parse(&self.db).map(Some).or_else(|error| {
-            self.write(row.set_aside(error.clone()))?;
-            Err(error)
-        })
+        row.parse(|id, e| self.db.corrupt(id, e))
+            .map(Some)
+            .or_else(|error| {
+                self.write(set_aside_change(&row, error.clone()))?;
+                Err(error)
+            })
     }
 
     /// [`Self::parse_claimed`] for async callers: what the returned parser needs to set an
@@ -455,275 +373,6 @@ impl Db {
              failed inside it: see the log)",
         )
     }
-
-    /// The row's scheduling status, state and pending answer.
-    fn row(
-        &self,
-        tx: &rusqlite::Connection,
-        id: &str,
-    ) -> Result<(JobStatus, JobState, Option<String>, Option<i64>), StoreError> {
-        let (status, state, pending, lease_until) = self.row_text(tx, id)?;
-        let state: JobState = serde_json::from_str(&state).map_err(|e| self.corrupt(id, e))?;
-        Ok((status, state, pending, lease_until))
-    }
-
-    /// [`Self::row`] with the state as stored.
-    fn row_text(
-        &self,
-        tx: &rusqlite::Connection,
-        id: &str,
-    ) -> Result<(JobStatus, String, Option<String>, Option<i64>), StoreError> {
-        let row = tx
-            .row_cached(
-                "SELECT status, state, pending_resume, lease_until_ms FROM jobs WHERE id = ?1",
-                [id],
-                |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, Option<String>>(2)?,
-                        row.get::<_, Option<i64>>(3)?,
-                    ))
-                },
-            )
-            .optional()
-            .map_err(|e| self.db_error(e))?
-            .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        let status = JobStatus::parse(&row.0)
-            .ok_or_else(|| self.corrupt(id, format!("unknown status `{}`", row.0)))?;
-        Ok((status, row.1, row.2, row.3))
-    }
-
-    /// Writes what a save of `id` adds to its log, as its next batch: `events`, numbered on
-    /// from the last ones, and the conversation's new `messages` (none: `None`). Nothing when
-    /// there is neither.
-    fn append(
-        &self,
-        tx: &rusqlite::Connection,
-        id: &str,
-        events: &EventBatch,
-        messages: Option<&MessageTail>,
-        at: i64,
-    ) -> Result<(), StoreError> {
-        let messages = messages.filter(|tail| !tail.is_empty());
-        if events.count == 0 && messages.is_none() {
-            return Ok(());
-        }
-        let (batch, last): (i64, i64) = tx
-            .row_cached(
-                "SELECT batch, last_seq FROM saves WHERE job_id = ?1 ORDER BY batch DESC LIMIT 1",
-                [id],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()
-            .map_err(|e| self.db_error(e))?
-            .unwrap_or_default();
-        tx.exec_cached(
-            "INSERT INTO saves (job_id, batch, first_seq, last_seq, at_ms, events, \
-             messages_from, messages) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![
-                id,
-                batch + 1,
-                last + 1,
-                last + events.count as i64,
-                at,
-                events.json,
-                messages.map(|tail| tail.first as i64),
-                messages.map(|tail| &tail.json)
-            ],
-        )
-        .map_err(|e| self.db_error(e))?;
-        Ok(())
-    }
-
-    /// The message batches of `id`'s log, in order: where each starts, and its messages.
-    fn message_batches(
-        &self,
-        tx: &rusqlite::Connection,
-        id: &str,
-    ) -> Result<Vec<(usize, String)>, StoreError> {
-        let mut query = tx
-            .prepare_cached(
-                "SELECT messages_from, messages FROM saves \
-                 WHERE job_id = ?1 AND messages IS NOT NULL ORDER BY batch",
-            )
-            .map_err(|e| self.db_error(e))?;
-        query
-            .query_map([id], |row| {
-                Ok((row.get::<_, i64>(0)? as usize, row.get::<_, String>(1)?))
-            })
-            .map_err(|e| self.db_error(e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.db_error(e))
-    }
-
-    /// Writes the job's columns and state; with `owner`, only while `owner` holds the lease.
-    fn write_state(
-        &self,
-        tx: &rusqlite::Connection,
-        job: &JobRow,
-        at: i64,
-        owner: Option<&str>,
-    ) -> Result<usize, StoreError> {
-        let still_running = job.status == JobStatus::Running;
-        tx.exec_cached(
-            "UPDATE jobs SET status = ?2, movement = ?3, wait_reason = ?4, parked_plugin = ?5, \
-             pending_resume = NULL, state = ?6, updated_at_ms = ?7, wait_expires_at_ms = ?10, \
-             piece = ?11, \
-             lease_owner = CASE WHEN ?8 THEN lease_owner END, \
-             lease_until_ms = CASE WHEN ?8 THEN lease_until_ms END \
-             WHERE id = ?1 AND (?9 IS NULL OR lease_owner = ?9)",
-            params![
-                job.id,
-                job.status.as_str(),
-                job.movement,
-                job.wait_reason,
-                job.parked_plugin,
-                job.state,
-                at,
-                still_running,
-                owner,
-                job.wait_expires_at_ms,
-                job.piece
-            ],
-        )
-        .map_err(|e| self.db_error(e))
-    }
-
-    /// Makes the waiting job `id` runnable with the answer to its wait, which the next claim
-    /// hands to the run.
-    fn make_runnable(
-        &self,
-        tx: &rusqlite::Connection,
-        id: &str,
-        resume: &Answer,
-        at: i64,
-    ) -> Result<(), StoreError> {
-        let resume = serde_json::to_string(resume).map_err(|e| self.db_error(e))?;
-        tx.exec_cached(
-            "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?3, \
-             wait_expires_at_ms = NULL WHERE id = ?1",
-            params![id, resume, at],
-        )
-        .map_err(|e| self.db_error(e))?;
-        Ok(())
-    }
-
-    /// Takes `id` for `owner` if it is runnable: pending, or running under an expired lease.
-    fn claim_in(
-        &self,
-        tx: &rusqlite::Connection,
-        id: &str,
-        owner: &str,
-        lease_ms: i64,
-        at: i64,
-    ) -> Result<Option<ClaimedRow>, StoreError> {
-        let (status, state, resume, lease_until) = self.row_text(tx, id)?;
-        let lease_expired = lease_until.is_none_or(|until| until < at);
-        let runnable =
-            status == JobStatus::Pending || (status == JobStatus::Running && lease_expired);
-        if !runnable {
-            return Ok(None);
-        }
-        tx.exec_cached(
-            "UPDATE jobs SET status = 'running', lease_owner = ?2, lease_until_ms = ?3, \
-             updated_at_ms = ?4 WHERE id = ?1",
-            params![id, owner, at + lease_ms, at],
-        )
-        .map_err(|e| self.db_error(e))?;
-        let messages = self.message_batches(tx, id)?;
-        Ok(Some(ClaimedRow {
-            id: id.to_owned(),
-            owner: owner.to_owned(),
-            text: StoredText {
-                state,
-                messages,
-                resume,
-            },
-        }))
-    }
-
-    /// Takes the oldest runnable job (pending, or running under an expired lease) for `owner`.
-    fn claim_next_in(
-        &self,
-        tx: &Connection,
-        owner: &str,
-        lease_ms: i64,
-        at: i64,
-    ) -> Result<Option<ClaimedRow>, StoreError> {
-        // Two indexed look-ups rather than one query with OR, which would scan every row:
-        // a store holds many parked jobs and few runnable ones.
-        let mut next: Option<String> = tx
-            .row_cached(
-                "SELECT id FROM jobs WHERE status = 'pending' \
-                 ORDER BY updated_at_ms, id LIMIT 1",
-                [],
-                |row| row.get(0),
-            )
-            .optional()
-            .map_err(|e| self.db_error(e))?;
-        if next.is_none() {
-            next = tx
-                .row_cached(
-                    "SELECT id FROM jobs WHERE status = 'running' AND lease_until_ms < ?1 \
-                     ORDER BY updated_at_ms, id LIMIT 1",
-                    [at],
-                    |row| row.get(0),
-                )
-                .optional()
-                .map_err(|e| self.db_error(e))?;
-        }
-        let Some(id) = next else {
-            return Ok(None);
-        };
-        // Found by its status, the row has one that parses: what can be unreadable is its
-        // state, which the caller parses (see `ClaimedRow::set_aside`).
-        self.claim_in(tx, &id, owner, lease_ms, at)
-    }
-
-    /// Marks `id` as `error` because of `why`, while `owner` holds its lease.
-    fn set_aside(
-        &self,
-        tx: &Connection,
-        id: &str,
-        owner: &str,
-        at: i64,
-        why: &StoreError,
-    ) -> Result<(), StoreError> {
-        tracing::error!("{why}; the job is marked as error");
-        tx.exec_cached(
-            "UPDATE jobs SET status = 'error', lease_owner = NULL, lease_until_ms = NULL, \
-             updated_at_ms = ?2 WHERE id = ?1 AND lease_owner = ?3",
-            params![id, at, owner],
-        )
-        .map_err(|e| self.db_error(e))?;
-        Ok(())
-    }
-
-    /// Writes a job's row, new messages and events while `owner` holds its lease.
-    fn save_in(
-        &self,
-        tx: &Connection,
-        record: &SaveRecord,
-        owner: &str,
-        at: i64,
-    ) -> Result<(), StoreError> {
-        let job = &record.row;
-        let cancelled = self.cancel_overrides(tx, job, owner)?;
-        let written = cancelled.as_ref().map_or(job, |(row, _)| row);
-        if self.write_state(tx, written, at, Some(owner))? == 0 {
-            self.row_text(tx, &job.id)?;
-            return Err(StoreError::LeaseLost {
-                job: job.id.clone(),
-                owner: owner.to_owned(),
-            });
-        }
-        self.append(tx, &job.id, &record.events, Some(&record.messages), at)?;
-        if let Some((_, finished)) = &cancelled {
-            self.append(tx, &job.id, finished, None, at)?;
-        }
-        self.after_write(tx, written, at)
-    }
 }
 
 /// A store change: what the writer runs inside its transaction. The sync and async calls of
@@ -756,114 +405,48 @@ struct ClaimParser {
 impl ClaimParser {
     async fn parse(self, claimed: Option<ClaimedRow>) -> Result<Option<ClaimedJob>, StoreError> {
         let Some(row) = claimed else { return Ok(None) };
-        match row.parse(&self.db) {
+        match row.parse(|id, e| self.db.corrupt(id, e)) {
             Ok(job) => Ok(Some(job)),
             Err(error) => {
-                queue_change(&self.queue, &self.db, row.set_aside(error.clone())).await?;
+                queue_change(&self.queue, &self.db, set_aside_change(&row, error.clone())).await?;
                 Err(error)
             }
         }
     }
 }
 
-/// A claim of the next job fails only for the store as a whole: an unreadable row was set
-/// aside, and the runner asks again.
-fn unreadable_is_none(
-    claimed: Result<Option<ClaimedJob>, StoreError>,
-) -> Result<Option<ClaimedJob>, StoreError> {
-    match claimed {
-        Err(StoreError::Corrupt { .. }) => Ok(None),
-        other => other,
-    }
-}
-
-/// A store call answered without the writer.
-fn ready<T: Send + 'static>(result: Result<T, StoreError>) -> StoreFuture<T> {
-    Box::pin(std::future::ready(result))
+/// A change of `rules.rs` as the writer runs it.
+fn change<T>(
+    mut body: impl FnMut(&mut SqliteRows<'_, '_>) -> Result<T, StoreError> + Send + 'static,
+) -> impl ChangeBody<T> {
+    move |db: &Db, tx: &Tx<'_>| body(&mut SqliteRows { db, tx })
 }
 
 /// Stores `job` as a new, pending job, its conversation in its state until its first save.
 fn create_change(db: &Db, job: &JobState) -> Result<impl ChangeBody<()> + use<>, StoreError> {
     let row = JobRow::with_conversation(job).map_err(|e| db.db_error(e))?;
     let at = now_ms();
-    Ok(move |db: &Db, tx: &Tx<'_>| {
-        tx.exec_cached(
-            "INSERT INTO jobs (id, piece, status, movement, parent, state, created_at_ms, \
-             updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6, ?6)",
-            params![row.id, row.piece, row.movement, row.parent, row.state, at],
-        )
-        .map_err(|e| db.db_error(e))?;
-        Ok(())
-    })
+    Ok(change(move |rows| rules::create(rows, &row, at)))
 }
 
 /// Records `answer` as the answer to the wait of `id` (the one numbered `expected`, if given).
 fn answer_change(id: &str, answer: &Answer, expected: Option<u32>) -> impl ChangeBody<()> + use<> {
     let at = now_ms();
     let (id, answer) = (id.to_owned(), answer.clone());
-    move |db: &Db, tx: &Tx<'_>| {
-        let (status, state, pending, _) = db.row_text(tx, &id)?;
-        if !status.is_waiting() {
-            return Err(StoreError::NotWaiting {
-                job: id.clone(),
-                status,
-                hint: if pending.is_some() {
-                    " (it was already answered)"
-                } else {
-                    ""
-                },
-            });
-        }
-        let state: StateWait = serde_json::from_str(&state).map_err(|e| db.corrupt(&id, e))?;
-        let wait = state
-            .wait
-            .ok_or_else(|| db.corrupt(&id, "the job waits but has no wait record"))?;
-        if let Some(given) = expected.filter(|given| *given != wait.id) {
-            return Err(StoreError::StaleAnswer {
-                job: id.clone(),
-                given,
-                current: wait.id,
-            });
-        }
-        let wrong = |message: String| StoreError::WrongAnswer {
-            job: id.clone(),
-            message,
-        };
-        let answer = match &answer {
-            Answer::Engine(EngineAnswer::Forwarded { from, answer }) => {
-                if state.parent.as_deref() != Some(from.as_str()) || !state.reviewed_by_parent {
-                    return Err(wrong(format!(
-                        "job `{from}` passed on an answer, but this job is not its worker"
-                    )));
-                }
-                answer.as_ref()
-            }
-            answer => {
-                if let Some(parent) = state.parent.as_deref().filter(|_| state.reviewed_by_parent)
-                    && wait.request.surfaces_at_parent()
-                {
-                    return Err(wrong(format!(
-                        "this job is a worker of job `{parent}`: its questions and drafts are \
-                         answered there, so that both keep the same verdict"
-                    )));
-                }
-                answer
-            }
-        };
-        wait.request.accepts(answer).map_err(&wrong)?;
-        if let Some(session) = &state.session {
-            check_answer(session, &id, wait.id, &wait.request, answer)
-                .map_err(|refused| wrong(format!("its session refuses it: {refused}")))?;
-        }
-        db.make_runnable(tx, &id, answer, at)
-    }
+    change(move |rows| rules::answer(rows, &id, &answer, expected, at))
 }
 
 /// Cancels `id` and its descendants.
 fn cancel_change(id: &str, reason: &str) -> impl ChangeBody<CancelOutcome> + use<> {
     let at = now_ms();
     let (id, reason) = (id.to_owned(), reason.to_owned());
-    move |db: &Db, tx: &Tx<'_>| db.cancel_tree(tx, &id, &reason, at)
+    change(move |rows| tree::cancel_tree(rows, &id, &reason, at))
+}
+
+/// The change that takes the unreadable job of `row` out of the runnable ones, as `error`.
+fn set_aside_change(row: &ClaimedRow, error: StoreError) -> impl ChangeBody<()> + use<> {
+    let (id, owner, at) = (row.id.clone(), row.owner.clone(), now_ms());
+    change(move |rows| rules::set_aside(rows, &id, &owner, at, &error))
 }
 
 impl JobStore for SqliteStore {
@@ -885,11 +468,12 @@ impl JobStore for SqliteStore {
         let snapshot = connection
             .unchecked_transaction()
             .map_err(|e| self.db.db_error(e))?;
-        let (status, state, _, _) = self.db.row_text(&snapshot, id)?;
-        let messages = self.db.message_batches(&snapshot, id)?;
+        let row = rows::job_row(&self.db, &snapshot, id)?;
+        let messages = rows::message_batches(&self.db, &snapshot, id)?;
         drop(snapshot);
+        let status = row.status;
         let text = StoredText {
-            state,
+            state: row.state,
             messages,
             resume: None,
         };
@@ -913,7 +497,9 @@ impl JobStore for SqliteStore {
     ) -> Result<Option<ClaimedJob>, StoreError> {
         let at = now_ms();
         let (id, owner) = (id.to_owned(), owner.to_owned());
-        let claimed = self.write(move |db, tx| db.claim_in(tx, &id, &owner, lease_ms, at))?;
+        let claimed = self.write(change(move |rows| {
+            rules::claim(rows, &id, &owner, lease_ms, at)
+        }))?;
         self.parse_claimed(claimed)
     }
 
@@ -923,7 +509,9 @@ impl JobStore for SqliteStore {
             return Ok(None);
         }
         let owner = owner.to_owned();
-        let claimed = self.write(move |db, tx| db.claim_next_in(tx, &owner, lease_ms, at))?;
+        let claimed = self.write(change(move |rows| {
+            rules::claim_next(rows, &owner, lease_ms, at)
+        }))?;
         unreadable_is_none(self.parse_claimed(claimed))
     }
 
@@ -934,9 +522,11 @@ impl JobStore for SqliteStore {
             nothing_or_error => return ready(nothing_or_error.map(|_| None)),
         }
         let owner = owner.to_owned();
-        let claimed = queue_change(self.writer.queue(), &self.db, move |db, tx| {
-            db.claim_next_in(tx, &owner, lease_ms, at)
-        });
+        let claimed = queue_change(
+            self.writer.queue(),
+            &self.db,
+            change(move |rows| rules::claim_next(rows, &owner, lease_ms, at)),
+        );
         let parser = self.claim_parser();
         Box::pin(async move { unreadable_is_none(parser.parse(claimed.await?).await) })
     }
@@ -957,20 +547,7 @@ impl JobStore for SqliteStore {
             Ok(true) => {}
             nothing_or_error => return ready(nothing_or_error.map(|_| 0)),
         }
-        let expired = match serde_json::to_string(&Answer::Resume(Resume::Expired)) {
-            Ok(expired) => expired,
-            Err(error) => return ready(Err(self.db.db_error(error))),
-        };
-        self.write_async(move |db, tx| {
-            tx.exec_cached(
-                "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?1, \
-                 wait_expires_at_ms = NULL \
-                 WHERE wait_expires_at_ms <= ?1 AND pending_resume IS NULL \
-                 AND status IN ('waiting_human', 'waiting_subtasks')",
-                params![at, expired],
-            )
-            .map_err(|e| db.db_error(e))
-        })
+        self.write_async(change(move |rows| rules::expire(rows, at)))
     }
 
     fn active_jobs(&self) -> Result<usize, StoreError> {
@@ -1003,31 +580,15 @@ impl JobStore for SqliteStore {
     fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> StoreFuture<Option<String>> {
         let at = now_ms();
         let (id, owner) = (id.to_owned(), owner.to_owned());
-        self.write_async(move |db, tx| {
-            let cancel_requested = tx
-                .row_cached(
-                    "UPDATE jobs SET lease_until_ms = ?3 WHERE id = ?1 AND lease_owner = ?2 \
-                     AND status = 'running' RETURNING cancel_requested, cancel_reason",
-                    params![id, owner, at + lease_ms],
-                    |row| {
-                        let asked = row.get::<_, bool>(0)?;
-                        let reason = row.get::<_, Option<String>>(1)?;
-                        Ok(asked.then(|| reason.unwrap_or_else(|| CANCELLED_WHILE_RUNNING.into())))
-                    },
-                )
-                .optional()
-                .map_err(|e| db.db_error(e))?;
-            cancel_requested.ok_or_else(|| StoreError::LeaseLost {
-                job: id.clone(),
-                owner: owner.clone(),
-            })
-        })
+        self.write_async(change(move |rows| {
+            rules::renew(rows, &id, &owner, at + lease_ms)
+        }))
     }
 
     fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError> {
         let record = SaveRecord::of(job, events).map_err(|e| self.db.db_error(e))?;
         let (owner, at) = (owner.to_owned(), now_ms());
-        self.write(move |db, tx| db.save_in(tx, &record, &owner, at))
+        self.write(change(move |rows| rules::save(rows, &record, &owner, at)))
     }
 
     fn save_async(&self, job: &JobState, events: &[JobEvent], owner: &str) -> StoreFuture<()> {
@@ -1036,7 +597,7 @@ impl JobStore for SqliteStore {
             Err(error) => return ready(Err(self.db.db_error(error))),
         };
         let (owner, at) = (owner.to_owned(), now_ms());
-        self.write_async(move |db, tx| db.save_in(tx, &record, &owner, at))
+        self.write_async(change(move |rows| rules::save(rows, &record, &owner, at)))
     }
 
     fn save_and_claim_next(
@@ -1048,13 +609,15 @@ impl JobStore for SqliteStore {
     ) -> StoreFuture<Handoff> {
         let prepared = SaveRecord::of(job, events).map_err(|e| self.db.db_error(e));
         let (owner, at) = (owner.to_owned(), now_ms());
-        let handed = queue_change(self.writer.queue(), &self.db, move |db, tx| {
-            let saved = match &prepared {
-                Ok(record) => tx.undone_on_error(db, || db.save_in(tx, record, &owner, at)),
-                Err(error) => Err(error.clone()),
-            };
-            Ok((saved, db.claim_next_in(tx, &owner, lease_ms, at)))
-        });
+        let handed = queue_change(
+            self.writer.queue(),
+            &self.db,
+            change(move |rows| {
+                Ok(rules::save_and_claim_next(
+                    rows, &prepared, &owner, lease_ms, at,
+                ))
+            }),
+        );
         let parser = self.claim_parser();
         Box::pin(async move {
             let (saved, next) = handed.await?;
@@ -1095,7 +658,9 @@ impl JobStore for SqliteStore {
     }
 
     fn prune(&self, before_ms: i64, limit: usize) -> Result<usize, StoreError> {
-        self.write(move |db, tx| db.prune_trees(tx, before_ms, limit))
+        self.write(change(move |rows| {
+            tree::prune_trees(rows, before_ms, limit)
+        }))
     }
 
     fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
@@ -1115,22 +680,12 @@ impl JobStore for SqliteStore {
                 ))
             })
             .map_err(|e| self.db.db_error(e))?;
-        let mut events = Vec::new();
-        for row in rows {
-            let (first, at_ms, text) = row.map_err(|e| self.db.db_error(e))?;
-            let batch: Vec<JobEvent> = serde_json::from_str(&text)
-                .map_err(|e| self.db.corrupt(id, format!("events from {first}: {e}")))?;
-            let numbered = (first as u64..).zip(batch);
-            events.extend(
-                numbered
-                    .filter(|(seq, _)| *seq > after)
-                    .map(|(seq, event)| StoredEvent { seq, at_ms, event }),
-            );
-        }
-        Ok(events)
+        let batches = rows
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.db.db_error(e))?;
+        numbered_events(batches, after).map_err(|e| self.db.corrupt(id, e))
     }
 }
 
 #[cfg(test)]
-#[path = "sqlite_tests.rs"]
 mod tests;

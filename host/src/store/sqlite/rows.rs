@@ -1,0 +1,356 @@
+//! The statements of [`Rows`] in SQLite, inside the writer's transaction.
+//!
+//! Invariant: every statement goes through the connection's prepared-statement cache, and
+//! reads see the transaction's own writes; the file's write lock, taken when the writer's
+//! transaction began, keeps every job from other processes until the commit.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::Db;
+use super::writer::Tx;
+use crate::engine::JobStatus;
+use crate::store::StoreError;
+use crate::store::record::JobRow;
+use crate::store::rows::{LogRow, RowText, Rows};
+
+/// Every statement through SQLite's prepared-statement cache: parsing SQL anew for each call
+/// was a large share of a park/resume cycle.
+pub(super) trait Cached {
+    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+    fn row_cached<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        read: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T>;
+    fn rows_cached<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        read: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<Vec<T>>;
+}
+
+impl Cached for Connection {
+    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+
+    fn row_cached<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        read: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.prepare_cached(sql)?.query_row(params, read)
+    }
+
+    fn rows_cached<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        read: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<Vec<T>> {
+        self.prepare_cached(sql)?.query_map(params, read)?.collect()
+    }
+}
+
+/// A job's row: status, state, pending answer, lease end.
+pub(super) fn job_row(db: &Db, connection: &Connection, id: &str) -> Result<RowText, StoreError> {
+    let row = connection
+        .row_cached(
+            "SELECT status, state, pending_resume, lease_until_ms FROM jobs WHERE id = ?1",
+            [id],
+            |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                    row.get::<_, Option<i64>>(3)?,
+                ))
+            },
+        )
+        .optional()
+        .map_err(|e| db.db_error(e))?
+        .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+    let status = JobStatus::parse(&row.0)
+        .ok_or_else(|| db.corrupt(id, format!("unknown status `{}`", row.0)))?;
+    Ok(RowText {
+        status,
+        state: row.1,
+        pending_resume: row.2,
+        lease_until_ms: row.3,
+    })
+}
+
+/// The message batches of `id`'s log, in order.
+pub(super) fn message_batches(
+    db: &Db,
+    connection: &Connection,
+    id: &str,
+) -> Result<Vec<(usize, String)>, StoreError> {
+    connection
+        .rows_cached(
+            "SELECT messages_from, messages FROM saves \
+             WHERE job_id = ?1 AND messages IS NOT NULL ORDER BY batch",
+            [id],
+            |row| Ok((row.get::<_, i64>(0)? as usize, row.get::<_, String>(1)?)),
+        )
+        .map_err(|e| db.db_error(e))
+}
+
+/// The writer's transaction as the store's rules see it.
+pub(super) struct SqliteRows<'a, 'c> {
+    pub db: &'a Db,
+    pub tx: &'a Tx<'c>,
+}
+
+impl SqliteRows<'_, '_> {
+    fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
+        self.tx
+            .exec_cached(sql, params)
+            .map_err(|e| self.db.db_error(e))
+    }
+}
+
+impl Rows for SqliteRows<'_, '_> {
+    fn db_error(&self, error: impl std::fmt::Display) -> StoreError {
+        self.db.db_error(error)
+    }
+
+    fn corrupt(&self, job: &str, error: impl std::fmt::Display) -> StoreError {
+        self.db.corrupt(job, error)
+    }
+
+    fn insert_job(&mut self, row: &JobRow, at: i64) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO jobs (id, piece, status, movement, parent, state, created_at_ms, \
+             updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6, ?6)",
+            params![row.id, row.piece, row.movement, row.parent, row.state, at],
+        )
+        .map(drop)
+    }
+
+    fn job(&mut self, id: &str) -> Result<RowText, StoreError> {
+        job_row(self.db, self.tx, id)
+    }
+
+    fn child(&mut self, id: &str, parent: &str) -> Result<Option<(String, String)>, StoreError> {
+        self.tx
+            .row_cached(
+                "SELECT status, state FROM jobs WHERE id = ?1 AND parent = ?2",
+                params![id, parent],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.db.db_error(e))
+    }
+
+    fn children(&mut self, parent: &str) -> Result<Vec<String>, StoreError> {
+        self.tx
+            .rows_cached("SELECT id FROM jobs WHERE parent = ?1", [parent], |row| {
+                row.get(0)
+            })
+            .map_err(|e| self.db.db_error(e))
+    }
+
+    fn write_state(
+        &mut self,
+        job: &JobRow,
+        at: i64,
+        owner: Option<&str>,
+    ) -> Result<usize, StoreError> {
+        let still_running = job.status == JobStatus::Running;
+        self.exec(
+            "UPDATE jobs SET status = ?2, movement = ?3, wait_reason = ?4, parked_plugin = ?5, \
+             pending_resume = NULL, state = ?6, updated_at_ms = ?7, wait_expires_at_ms = ?10, \
+             piece = ?11, \
+             lease_owner = CASE WHEN ?8 THEN lease_owner END, \
+             lease_until_ms = CASE WHEN ?8 THEN lease_until_ms END \
+             WHERE id = ?1 AND (?9 IS NULL OR lease_owner = ?9)",
+            params![
+                job.id,
+                job.status.as_str(),
+                job.movement,
+                job.wait_reason,
+                job.parked_plugin,
+                job.state,
+                at,
+                still_running,
+                owner,
+                job.wait_expires_at_ms,
+                job.piece
+            ],
+        )
+    }
+
+    fn make_runnable(&mut self, id: &str, resume: &str, at: i64) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?3, \
+             wait_expires_at_ms = NULL WHERE id = ?1",
+            params![id, resume, at],
+        )
+        .map(drop)
+    }
+
+    fn take_lease(&mut self, id: &str, owner: &str, until: i64, at: i64) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE jobs SET status = 'running', lease_owner = ?2, lease_until_ms = ?3, \
+             updated_at_ms = ?4 WHERE id = ?1",
+            params![id, owner, until, at],
+        )
+        .map(drop)
+    }
+
+    fn next_runnable(&mut self, at: i64) -> Result<Option<String>, StoreError> {
+        // Two indexed look-ups rather than one query with OR, which would scan every row: a
+        // store holds many parked jobs and few runnable ones.
+        let pending = self
+            .tx
+            .row_cached(
+                "SELECT id FROM jobs WHERE status = 'pending' ORDER BY updated_at_ms, id LIMIT 1",
+                [],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| self.db.db_error(e))?;
+        if pending.is_some() {
+            return Ok(pending);
+        }
+        self.tx
+            .row_cached(
+                "SELECT id FROM jobs WHERE status = 'running' AND lease_until_ms < ?1 \
+                 ORDER BY updated_at_ms, id LIMIT 1",
+                [at],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| self.db.db_error(e))
+    }
+
+    fn set_aside(&mut self, id: &str, owner: &str, at: i64) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE jobs SET status = 'error', lease_owner = NULL, lease_until_ms = NULL, \
+             updated_at_ms = ?2 WHERE id = ?1 AND lease_owner = ?3",
+            params![id, at, owner],
+        )
+        .map(drop)
+    }
+
+    fn ask_cancel(&mut self, id: &str, reason: &str) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE jobs SET cancel_requested = 1, \
+             cancel_reason = COALESCE(cancel_reason, ?2) WHERE id = ?1",
+            params![id, reason],
+        )
+        .map(drop)
+    }
+
+    fn cancel_asked(
+        &mut self,
+        id: &str,
+        owner: &str,
+    ) -> Result<Option<Option<String>>, StoreError> {
+        self.tx
+            .row_cached(
+                "SELECT cancel_reason FROM jobs WHERE id = ?1 AND lease_owner = ?2 \
+                 AND cancel_requested",
+                params![id, owner],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| self.db.db_error(e))
+    }
+
+    fn renew(
+        &mut self,
+        id: &str,
+        owner: &str,
+        until: i64,
+    ) -> Result<Option<(bool, Option<String>)>, StoreError> {
+        self.tx
+            .row_cached(
+                "UPDATE jobs SET lease_until_ms = ?3 WHERE id = ?1 AND lease_owner = ?2 \
+                 AND status = 'running' RETURNING cancel_requested, cancel_reason",
+                params![id, owner, until],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.db.db_error(e))
+    }
+
+    fn expire(&mut self, at: i64, expired: &str) -> Result<usize, StoreError> {
+        self.exec(
+            "UPDATE jobs SET status = 'pending', pending_resume = ?2, updated_at_ms = ?1, \
+             wait_expires_at_ms = NULL \
+             WHERE wait_expires_at_ms <= ?1 AND pending_resume IS NULL \
+             AND status IN ('waiting_human', 'waiting_subtasks')",
+            params![at, expired],
+        )
+    }
+
+    fn last_batch(&mut self, id: &str) -> Result<(i64, i64), StoreError> {
+        self.tx
+            .row_cached(
+                "SELECT batch, last_seq FROM saves WHERE job_id = ?1 ORDER BY batch DESC LIMIT 1",
+                [id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map(Option::unwrap_or_default)
+            .map_err(|e| self.db.db_error(e))
+    }
+
+    fn insert_batch(&mut self, id: &str, row: &LogRow<'_>) -> Result<(), StoreError> {
+        self.exec(
+            "INSERT INTO saves (job_id, batch, first_seq, last_seq, at_ms, events, \
+             messages_from, messages) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                id,
+                row.batch,
+                row.first_seq,
+                row.last_seq,
+                row.at_ms,
+                row.events,
+                row.messages_from,
+                row.messages
+            ],
+        )
+        .map(drop)
+    }
+
+    fn message_batches(&mut self, id: &str) -> Result<Vec<(usize, String)>, StoreError> {
+        message_batches(self.db, self.tx, id)
+    }
+
+    fn finished_roots(
+        &mut self,
+        before: i64,
+        after: (i64, &str),
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        self.tx
+            .rows_cached(
+                "SELECT id, updated_at_ms FROM jobs WHERE parent IS NULL \
+                 AND status IN ('completed', 'aborted', 'cancelled', 'error') \
+                 AND updated_at_ms < ?1 AND (updated_at_ms, id) > (?2, ?3) \
+                 ORDER BY updated_at_ms, id LIMIT ?4",
+                params![before, after.0, after.1, limit as i64],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .map_err(|e| self.db.db_error(e))
+    }
+
+    fn delete_job(&mut self, id: &str) -> Result<(), StoreError> {
+        self.exec("DELETE FROM saves WHERE job_id = ?1", [id])?;
+        self.exec("DELETE FROM jobs WHERE id = ?1", [id]).map(drop)
+    }
+
+    fn undone_on_error<T>(
+        &mut self,
+        body: impl FnOnce(&mut Self) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let (db, tx) = (self.db, self.tx);
+        tx.undone_on_error(db, || body(self))
+    }
+}
