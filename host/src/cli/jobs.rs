@@ -13,7 +13,7 @@ use crate::engine::{
     Answer, EngineAnswer, HumanVerdict, JobEvent, JobStatus, artifact_view, job_session,
 };
 use crate::plugin::{Resume, Runtime};
-use crate::store::{CancelOutcome, JobStore};
+use crate::store::CancelOutcome;
 
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
@@ -259,7 +259,7 @@ pub async fn execute(
             let setup = Setup::resolve(engine)?;
             let store = setup.open_store()?;
             let prefill = slots.iter().cloned().collect();
-            let id = setup.start_job(&store, piece.as_deref(), input.clone(), prefill)?;
+            let id = setup.start_job(store.as_ref(), piece.as_deref(), input.clone(), prefill)?;
             println!("{id}");
             Ok(())
         }
@@ -426,7 +426,7 @@ fn list(setup: &Setup, status: Option<JobStatus>, limit: usize, json: bool) -> R
         return Ok(());
     }
     if jobs.is_empty() {
-        println!("no jobs in {}", setup.store.display());
+        println!("no jobs in {}", setup.store);
         return Ok(());
     }
     println!(

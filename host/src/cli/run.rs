@@ -18,7 +18,7 @@ use crate::engine::{
     CancelFlag, Engine, JobEvent, JobState, JobStatus, Observer, PieceRunResult, WaitRequest,
 };
 use crate::plugin::Runtime;
-use crate::store::{JobStore, SqliteStore, new_job_id};
+use crate::store::{JobStore, new_job_id};
 use crate::worker::JobRun;
 
 /// How long a CLI run's claim lasts without renewal (it is renewed every third of it); after
@@ -98,7 +98,7 @@ pub async fn execute(command: &RunCommand, runtime: Runtime) -> Result<(), Failu
 /// job that starts a worker comes back to the terminal only once someone must act (or it ends).
 pub async fn drive(
     setup: &Setup,
-    store: &Arc<SqliteStore>,
+    store: &Arc<dyn JobStore>,
     engine: &Engine,
     runtime: &Runtime,
     job_id: &str,
@@ -181,7 +181,7 @@ pub async fn drive(
 /// process has it). The first job must be runnable.
 async fn run_once(
     setup: &Setup,
-    store: &Arc<SqliteStore>,
+    store: &Arc<dyn JobStore>,
     engine: &Engine,
     job_id: &str,
     output: OutputOptions,

@@ -186,7 +186,7 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
             ", bearer token required"
         },
         plugin_dir.display(),
-        setup.store.display()
+        setup.store
     );
     wait_for_stop().await;
     eprintln!("stopping: runners finish their current step; open event streams get 2 s");
@@ -198,7 +198,6 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
     Ok(())
 }
 
-/// `plugin-versions` beside the store file.
 async fn wait_for_stop() {
     #[cfg(unix)]
     {

@@ -18,7 +18,7 @@ use crate::engine::{Engine, EngineLimits, ToolCatalog};
 use crate::llm::ModelConfig;
 use crate::piece::{LintError, Piece, load_dir, load_piece};
 use crate::plugin::{Policy, Runtime};
-use crate::store::{JobStore, SqliteStore};
+use crate::store::{JobStore, StoreAddress};
 use crate::worker::StoreSpawner;
 use tokio::sync::Notify;
 
@@ -55,9 +55,11 @@ pub struct StoreOption {
     /// Config file (TOML): `plugins`, `pieces`, `policy`, `store` and a `[model]` table.
     #[arg(long, value_name = "FILE", env = "MAESTRO_CONFIG")]
     pub config: Option<PathBuf>,
-    /// The job store (SQLite file) [default: ~/.local/share/maestro/jobs.db].
-    #[arg(long = "store", value_name = "FILE", env = "MAESTRO_STORE")]
-    pub path: Option<PathBuf>,
+    /// The job store: a SQLite file, or a PostgreSQL database shared by many nodes
+    /// (`postgres://user@host:port/database`; put a password in MAESTRO_STORE or the config
+    /// file, not on the command line) [default: ~/.local/share/maestro/jobs.db].
+    #[arg(long = "store", value_name = "FILE|URL", env = "MAESTRO_STORE")]
+    pub address: Option<String>,
 }
 
 /// The top level of the config file. The `[model]` table is read by [`ModelConfig`].
@@ -67,7 +69,7 @@ struct ConfigFile {
     plugins: Option<PathBuf>,
     pieces: Option<PathBuf>,
     policy: Option<PathBuf>,
-    store: Option<PathBuf>,
+    store: Option<String>,
     max_burst: Option<u32>,
     #[serde(default)]
     model: Option<toml::Table>,
@@ -181,7 +183,7 @@ pub struct Setup {
     pub plugins: Option<PathBuf>,
     pub pieces: Option<PathBuf>,
     pub policy: Option<PathBuf>,
-    pub store: PathBuf,
+    pub store: StoreAddress,
     has_model_table: bool,
     /// Woken when this process creates a job (a subtask), so its runners start at once.
     pub wake: Arc<Notify>,
@@ -212,9 +214,19 @@ impl Setup {
                 .map(absolute)
                 .transpose()
         };
-        let store = match pick(&options.store.path, file.store)? {
-            Some(store) => store,
-            None => default_store(),
+        // A path in the config file is relative to the file, one on the command line to the
+        // working directory; a URL is neither.
+        let store = match (&options.store.address, file.store) {
+            (Some(flag), _) => StoreAddress::parse(flag),
+            (None, Some(from_file)) => match StoreAddress::parse(&from_file) {
+                StoreAddress::Sqlite(path) => StoreAddress::Sqlite(base.join(path)),
+                url => url,
+            },
+            (None, None) => StoreAddress::Sqlite(default_store()),
+        };
+        let store = match store {
+            StoreAddress::Sqlite(path) => StoreAddress::Sqlite(absolute(&path)?),
+            url => url,
         };
         let pieces = match pick(&options.pieces, file.pieces)? {
             Some(dir) => Some(dir),
@@ -261,9 +273,10 @@ impl Setup {
         })
     }
 
-    pub fn open_store(&self) -> Result<Arc<SqliteStore>, Failure> {
-        SqliteStore::open(&self.store)
-            .map(Arc::new)
+    pub fn open_store(&self) -> Result<Arc<dyn JobStore>, Failure> {
+        self.store
+            .open()
+            .map(|(store, _)| store)
             .map_err(Failure::usage)
     }
 
@@ -273,7 +286,7 @@ impl Setup {
         &self,
         runtime: &Runtime,
         piece: &str,
-        store: &Arc<SqliteStore>,
+        store: &Arc<dyn JobStore>,
     ) -> Result<Engine, Failure> {
         let piece = self.find_piece(piece)?;
         self.fixed_engine(runtime, vec![piece], store).await
@@ -284,7 +297,7 @@ impl Setup {
     pub async fn engine_all(
         &self,
         runtime: &Runtime,
-        store: &Arc<SqliteStore>,
+        store: &Arc<dyn JobStore>,
     ) -> Result<Engine, Failure> {
         let pieces = self.all_pieces()?;
         self.fixed_engine(runtime, pieces, store).await
@@ -312,7 +325,7 @@ impl Setup {
     /// waits for a human to choose a piece of the pieces folder.
     pub fn start_job(
         &self,
-        store: &SqliteStore,
+        store: &dyn JobStore,
         piece: Option<&str>,
         input: String,
         prefill: std::collections::BTreeMap<String, String>,
@@ -348,7 +361,7 @@ impl Setup {
         runtime: &Runtime,
         job: &crate::engine::JobState,
         chosen: Option<&str>,
-        store: &Arc<SqliteStore>,
+        store: &Arc<dyn JobStore>,
     ) -> Result<Engine, Failure> {
         if job.piece.is_empty() {
             return match chosen {
@@ -380,7 +393,7 @@ impl Setup {
         &self,
         runtime: &Runtime,
         pieces: Vec<Piece>,
-        store: &Arc<SqliteStore>,
+        store: &Arc<dyn JobStore>,
     ) -> Result<Engine, Failure> {
         let catalog = EngineCatalog::Fixed(self.catalog(runtime).await?);
         Ok(self.engine_for(runtime, pieces, store, catalog)?.0)
@@ -393,7 +406,7 @@ impl Setup {
         &self,
         runtime: &Runtime,
         pieces: Vec<Piece>,
-        store: &Arc<SqliteStore>,
+        store: &Arc<dyn JobStore>,
         catalog: EngineCatalog,
     ) -> Result<(Engine, Vec<LintError>), Failure> {
         let mut known: Vec<Piece> = match &self.pieces {
@@ -430,11 +443,11 @@ impl Setup {
         };
         let policy = Policy::from_file(file).map_err(Failure::usage)?;
         let archive = self.archive();
-        let mut protected: Vec<(&str, &Path)> = vec![
-            (crate::plugin::STORE, &self.store),
-            ("the plugin archive", &archive),
-            ("the policy file", file),
-        ];
+        let mut protected: Vec<(&str, &Path)> =
+            vec![("the plugin archive", &archive), ("the policy file", file)];
+        if let StoreAddress::Sqlite(path) = &self.store {
+            protected.push((crate::plugin::STORE, path));
+        }
         if let Some(dir) = &self.plugins {
             protected.push(("the plugin folder", dir));
         }
@@ -451,10 +464,14 @@ impl Setup {
     }
 
     /// Where every plugin version that ever served is kept: `server.archive`, else
-    /// `plugin-versions` beside the store.
+    /// `plugin-versions` beside the store file (beside the default one for a database).
     pub fn archive(&self) -> PathBuf {
         self.server.archive.clone().unwrap_or_else(|| {
-            self.store
+            let beside = match &self.store {
+                StoreAddress::Sqlite(path) => path.clone(),
+                StoreAddress::Postgres(_) => default_store(),
+            };
+            beside
                 .parent()
                 .unwrap_or(Path::new("."))
                 .join("plugin-versions")
@@ -547,10 +564,9 @@ impl Setup {
                 shell_quote(&config.display().to_string())
             ));
         }
-        flags.push(format!(
-            "--store {}",
-            shell_quote(&self.store.display().to_string())
-        ));
+        if let Some(store) = self.store.replayable() {
+            flags.push(format!("--store {}", shell_quote(&store)));
+        }
         flags
     }
 
@@ -568,7 +584,7 @@ impl Setup {
         push("--plugins", path(&self.plugins));
         push("--pieces", path(&self.pieces));
         push("--policy", path(&self.policy));
-        push("--store", Some(self.store.display().to_string()));
+        push("--store", self.store.replayable());
         flags
     }
 }

@@ -9,7 +9,7 @@ use clap::Subcommand;
 use super::Failure;
 use super::jobs::store_only;
 use super::setup::StoreOption;
-use crate::store::SqliteStore;
+use crate::store::StoreAddress;
 
 #[derive(Debug, Subcommand)]
 pub enum StoreCommand {
@@ -26,26 +26,24 @@ pub fn execute(command: &StoreCommand) -> Result<(), Failure> {
         StoreCommand::Migrate { store } => {
             let setup = store_only(store)?;
             // Opening a path that holds nothing would make a new store: a mistyped path is said.
-            if !setup.store.is_file() {
+            if let StoreAddress::Sqlite(path) = &setup.store
+                && !path.is_file()
+            {
                 return Err(Failure::usage(format!(
                     "no store at {}: there is nothing to migrate",
-                    setup.store.display()
+                    path.display()
                 )));
             }
-            let store = SqliteStore::open(&setup.store).map_err(Failure::usage)?;
-            let schema = store.schema();
+            let (_, schema) = setup.store.open().map_err(Failure::usage)?;
             if schema.found == schema.now {
                 println!(
                     "store {}: schema version {}, up to date",
-                    setup.store.display(),
-                    schema.now
+                    setup.store, schema.now
                 );
             } else {
                 println!(
                     "store {}: schema version {} (migrated from {})",
-                    setup.store.display(),
-                    schema.now,
-                    schema.found
+                    setup.store, schema.now, schema.found
                 );
             }
             Ok(())

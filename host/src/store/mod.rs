@@ -11,10 +11,14 @@
 //! Events get consecutive sequence numbers per job, starting at 1, and are never changed; they go
 //! only with their job, when retention deletes a tree of jobs that have all ended.
 
+mod address;
+mod postgres;
 mod record;
 mod rows;
 mod rules;
 mod sqlite;
+#[cfg(test)]
+mod suite;
 mod tree;
 
 use std::future::Future;
@@ -22,6 +26,8 @@ use std::pin::Pin;
 
 use serde::Serialize;
 
+pub use address::StoreAddress;
+pub use postgres::PostgresStore;
 pub use sqlite::{Schema, SqliteStore};
 pub use tree::CancelOutcome;
 

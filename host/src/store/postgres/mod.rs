@@ -1,0 +1,508 @@
+//! The shared store: PostgreSQL, for many nodes on one database.
+//!
+//! Invariant: the changes are the store's rules (`rules.rs`, `tree.rs`) over PostgreSQL's
+//! statements (`rows.rs`), each one transaction on a connection of the store's pool
+//! (`pool.rs`), so every node sees each change whole or not at all; the rows a change checks
+//! are locked until it commits, so a check-then-write (answer, claim, cancel) cannot
+//! interleave with another node's. Reads see committed changes only; a job's row and its log
+//! are read from one snapshot.
+
+mod pool;
+mod rows;
+mod schema;
+
+use std::sync::Arc;
+
+use postgres::IsolationLevel;
+use postgres::types::ToSql;
+
+use self::pool::{Connection, Pool};
+use self::rows::{JOB, MESSAGE_BATCHES, PgRows, column, message_batches, row_text};
+use super::record::{JobRow, SaveRecord, StoredText, numbered_events};
+use super::rules::{self, ClaimedRow, now_ms, unreadable_is_none};
+use super::tree::{self, CancelOutcome};
+use super::{
+    ClaimedJob, Handoff, JobStore, JobSummary, Schema, StoreError, StoreFuture, StoredEvent,
+};
+use crate::engine::{Answer, JobEvent, JobState, JobStatus};
+
+/// Connections per store: the changes and reads a node has in flight at once.
+const CONNECTIONS: usize = 8;
+
+/// `url` without its password, for messages.
+pub(super) fn label_of(config: &postgres::Config) -> String {
+    let user = config.get_user().unwrap_or("");
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(host)) => host.clone(),
+        Some(postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let database = config.get_dbname().unwrap_or(user);
+    format!("postgres://{user}@{host}:{port}/{database}")
+}
+
+type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+
+/// Parameters that travel to a pool thread with their read.
+type OwnedParams = Vec<Box<dyn ToSql + Send + Sync>>;
+
+/// Runs a read of committed rows on `connection`.
+fn read(
+    connection: &mut Connection,
+    sql: &'static str,
+    params: Params<'_>,
+) -> Result<Vec<postgres::Row>, StoreError> {
+    let result = {
+        let (client, statements) = connection.client()?;
+        statements
+            .get(client, sql)
+            .and_then(|statement| client.query(&statement, params))
+    };
+    result.map_err(|e| connection.failed(&e))
+}
+
+/// A job's row and log, read from one snapshot: a save or a prune committed between two reads
+/// would mix two versions of the job.
+fn read_job(
+    connection: &mut Connection,
+    id: &str,
+) -> Result<(Option<postgres::Row>, Vec<postgres::Row>), StoreError> {
+    let result = {
+        let (client, statements) = connection.client()?;
+        (|| {
+            let mut snapshot = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let job = statements.get(&mut snapshot, JOB)?;
+            let row = snapshot.query_opt(&job, &[&id])?;
+            let batches = statements.get(&mut snapshot, MESSAGE_BATCHES)?;
+            let log = snapshot.query(&batches, &[&id])?;
+            snapshot.commit()?;
+            Ok((row, log))
+        })()
+    };
+    result.map_err(|e: postgres::Error| connection.failed(&e))
+}
+
+/// What the store's calls share with the futures they return: the pool and the database's
+/// name.
+#[derive(Clone)]
+struct Shared {
+    pool: Pool,
+    /// The database as errors name it: its URL without a password.
+    label: Arc<str>,
+}
+
+impl Shared {
+    fn error(&self, message: impl std::fmt::Display) -> StoreError {
+        StoreError::Database {
+            path: self.label.to_string(),
+            message: message.to_string(),
+        }
+    }
+
+    fn corrupt(&self, job: &str, message: String) -> StoreError {
+        StoreError::Corrupt {
+            path: self.label.to_string(),
+            job: job.to_owned(),
+            message,
+        }
+    }
+
+    fn dropped(label: &str) -> StoreError {
+        StoreError::Database {
+            path: label.to_owned(),
+            message: "the store stopped before the change was made".to_owned(),
+        }
+    }
+
+    /// Runs `work` on a pool connection and waits for it.
+    fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (reply, result) = std::sync::mpsc::sync_channel(1);
+        self.pool.submit(Box::new(move |connection| {
+            let _ = reply.send(work(connection));
+        }));
+        result
+            .recv()
+            .unwrap_or_else(|_| Err(Self::dropped(&self.label)))
+    }
+
+    /// [`Self::run`] for async callers: the calling thread is free meanwhile.
+    fn run_async<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> StoreFuture<T> {
+        let (reply, result) = tokio::sync::oneshot::channel();
+        self.pool.submit(Box::new(move |connection| {
+            let _ = reply.send(work(connection));
+        }));
+        let label = self.label.clone();
+        Box::pin(async move { result.await.unwrap_or_else(|_| Err(Self::dropped(&label))) })
+    }
+
+    /// A change of `rules.rs`, as one transaction.
+    fn change<T: Send + 'static>(
+        &self,
+        mut body: impl FnMut(&mut PgRows<'_, '_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.run(move |connection| connection.change(&mut body))
+    }
+
+    fn change_async<T: Send + 'static>(
+        &self,
+        mut body: impl FnMut(&mut PgRows<'_, '_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> StoreFuture<T> {
+        self.run_async(move |connection| connection.change(&mut body))
+    }
+
+    /// A read of committed rows, each made into a `T`.
+    fn query<T: Send + 'static>(
+        &self,
+        sql: &'static str,
+        params: OwnedParams,
+        each: impl Fn(&postgres::Row, &str) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<Vec<T>, StoreError> {
+        let label = self.label.clone();
+        self.run(move |connection| {
+            let params: Vec<&(dyn ToSql + Sync)> = params
+                .iter()
+                .map(|param| param.as_ref() as &(dyn ToSql + Sync))
+                .collect();
+            let rows = read(connection, sql, &params)?;
+            rows.iter().map(|row| each(row, &label)).collect()
+        })
+    }
+
+    /// The job a claim took, parsed on the caller's thread rather than a pool thread.
+    /// Unreadable, it is set aside (see [`rules::set_aside`]) and the claim fails with why.
+    async fn parse_claimed(
+        self,
+        claimed: Option<ClaimedRow>,
+    ) -> Result<Option<ClaimedJob>, StoreError> {
+        let Some(row) = claimed else { return Ok(None) };
+        match row.parse(|id, e| self.corrupt(id, e)) {
+            Ok(job) => Ok(Some(job)),
+            Err(error) => {
+                let (id, owner, at, why) = (row.id, row.owner, now_ms(), error.clone());
+                self.change_async(move |rows| rules::set_aside(rows, &id, &owner, at, &why))
+                    .await?;
+                Err(error)
+            }
+        }
+    }
+
+    /// The summary rows that `sql` selects: id, piece, status, movement, wait reason, parent,
+    /// created and updated at.
+    fn summaries(
+        &self,
+        sql: &'static str,
+        params: OwnedParams,
+    ) -> Result<Vec<JobSummary>, StoreError> {
+        self.query(sql, params, |row, label| {
+            let id: String = column(row, 0, label)?;
+            let status: String = column(row, 2, label)?;
+            let status = JobStatus::parse(&status).ok_or_else(|| StoreError::Corrupt {
+                path: label.to_owned(),
+                job: id.clone(),
+                message: format!("unknown status `{status}`"),
+            })?;
+            Ok(JobSummary {
+                piece: column(row, 1, label)?,
+                status,
+                movement: column(row, 3, label)?,
+                wait_reason: column(row, 4, label)?,
+                parent: column(row, 5, label)?,
+                created_at_ms: column(row, 6, label)?,
+                updated_at_ms: column(row, 7, label)?,
+                id,
+            })
+        })
+    }
+}
+
+/// A store in a PostgreSQL database.
+pub struct PostgresStore {
+    shared: Shared,
+    schema: Schema,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("database", &self.shared.label)
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/database`) and
+    /// brings its schema up to date.
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        let mut config: postgres::Config = url.parse().map_err(|e| StoreError::Database {
+            path: "postgres://…".to_owned(),
+            message: format!("not a PostgreSQL URL: {e}"),
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(10));
+        }
+        config.application_name("maestro");
+        let label: Arc<str> = label_of(&config).into();
+        let schema = schema::migrate(&mut Connection::new(config.clone(), label.clone()))?;
+        let pool = Pool::start(&config, &label, CONNECTIONS)?;
+        Ok(Self {
+            shared: Shared { pool, label },
+            schema,
+        })
+    }
+
+    /// Which schema version the database had when opened, and which it has now.
+    pub fn schema(&self) -> Schema {
+        self.schema
+    }
+
+    /// The database, named without its password.
+    pub fn label(&self) -> &str {
+        &self.shared.label
+    }
+}
+
+impl PostgresStore {
+    /// [`Shared::parse_claimed`] for a caller that waits.
+    fn parse_claimed_now(
+        &self,
+        claimed: Option<ClaimedRow>,
+    ) -> Result<Option<ClaimedJob>, StoreError> {
+        let Some(row) = claimed else { return Ok(None) };
+        row.parse(|id, e| self.shared.corrupt(id, e))
+            .map(Some)
+            .or_else(|error| {
+                let (id, owner, at, why) =
+                    (row.id.clone(), row.owner.clone(), now_ms(), error.clone());
+                self.shared
+                    .change(move |rows| rules::set_aside(rows, &id, &owner, at, &why))?;
+                Err(error)
+            })
+    }
+}
+
+impl JobStore for PostgresStore {
+    fn create(&self, job: &JobState) -> Result<(), StoreError> {
+        let row = JobRow::with_conversation(job).map_err(|e| self.shared.error(e))?;
+        let at = now_ms();
+        self.shared
+            .change(move |rows| rules::create(rows, &row, at))
+    }
+
+    fn create_async(&self, job: &JobState) -> StoreFuture<()> {
+        let row = match JobRow::with_conversation(job) {
+            Ok(row) => row,
+            Err(error) => return super::ready(Err(self.shared.error(error))),
+        };
+        let at = now_ms();
+        self.shared
+            .change_async(move |rows| rules::create(rows, &row, at))
+    }
+
+    fn load(&self, id: &str) -> Result<(JobState, JobStatus), StoreError> {
+        let (owned, label) = (id.to_owned(), self.shared.label.clone());
+        let (status, text) = self.shared.run(move |connection| {
+            let (row, log) = read_job(connection, &owned)?;
+            let row = row_text(row, &owned, &label)?;
+            let text = StoredText {
+                state: row.state,
+                messages: message_batches(log, &label)?,
+                resume: None,
+            };
+            Ok((row.status, text))
+        })?;
+        let job = text.parse().map_err(|e| self.shared.corrupt(id, e))?;
+        Ok((job.state, status))
+    }
+
+    fn answer(&self, id: &str, answer: &Answer, wait: Option<u32>) -> Result<(), StoreError> {
+        let (id, answer, at) = (id.to_owned(), answer.clone(), now_ms());
+        self.shared
+            .change(move |rows| rules::answer(rows, &id, &answer, wait, at))
+    }
+
+    fn answer_async(&self, id: &str, answer: &Answer, wait: Option<u32>) -> StoreFuture<()> {
+        let (id, answer, at) = (id.to_owned(), answer.clone(), now_ms());
+        self.shared
+            .change_async(move |rows| rules::answer(rows, &id, &answer, wait, at))
+    }
+
+    fn claim(
+        &self,
+        id: &str,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<Option<ClaimedJob>, StoreError> {
+        let (id, owner, at) = (id.to_owned(), owner.to_owned(), now_ms());
+        let claimed = self
+            .shared
+            .change(move |rows| rules::claim(rows, &id, &owner, lease_ms, at))?;
+        self.parse_claimed_now(claimed)
+    }
+
+    fn claim_next(&self, owner: &str, lease_ms: i64) -> Result<Option<ClaimedJob>, StoreError> {
+        let (owner, at) = (owner.to_owned(), now_ms());
+        let claimed = self
+            .shared
+            .change(move |rows| rules::claim_next(rows, &owner, lease_ms, at))?;
+        unreadable_is_none(self.parse_claimed_now(claimed))
+    }
+
+    fn claim_next_async(&self, owner: &str, lease_ms: i64) -> StoreFuture<Option<ClaimedJob>> {
+        let (owner, at) = (owner.to_owned(), now_ms());
+        let claimed = self
+            .shared
+            .change_async(move |rows| rules::claim_next(rows, &owner, lease_ms, at));
+        let shared = self.shared.clone();
+        Box::pin(async move { unreadable_is_none(shared.parse_claimed(claimed.await?).await) })
+    }
+
+    fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> StoreFuture<Option<String>> {
+        let (id, owner, at) = (id.to_owned(), owner.to_owned(), now_ms());
+        self.shared
+            .change_async(move |rows| rules::renew(rows, &id, &owner, at + lease_ms))
+    }
+
+    fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError> {
+        let record = SaveRecord::of(job, events).map_err(|e| self.shared.error(e))?;
+        let (owner, at) = (owner.to_owned(), now_ms());
+        self.shared
+            .change(move |rows| rules::save(rows, &record, &owner, at))
+    }
+
+    fn save_async(&self, job: &JobState, events: &[JobEvent], owner: &str) -> StoreFuture<()> {
+        let record = match SaveRecord::of(job, events) {
+            Ok(record) => record,
+            Err(error) => return super::ready(Err(self.shared.error(error))),
+        };
+        let (owner, at) = (owner.to_owned(), now_ms());
+        self.shared
+            .change_async(move |rows| rules::save(rows, &record, &owner, at))
+    }
+
+    fn save_and_claim_next(
+        &self,
+        job: &JobState,
+        events: &[JobEvent],
+        owner: &str,
+        lease_ms: i64,
+    ) -> StoreFuture<Handoff> {
+        let prepared = SaveRecord::of(job, events).map_err(|e| self.shared.error(e));
+        let (owner, at) = (owner.to_owned(), now_ms());
+        let handed = self.shared.change_async(move |rows| {
+            Ok(rules::save_and_claim_next(
+                rows, &prepared, &owner, lease_ms, at,
+            ))
+        });
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let (saved, next) = handed.await?;
+            let next = match next {
+                Ok(claimed) => unreadable_is_none(shared.parse_claimed(claimed).await),
+                Err(error) => Err(error),
+            };
+            Ok(Handoff { saved, next })
+        })
+    }
+
+    fn cancel(&self, id: &str, reason: &str) -> Result<CancelOutcome, StoreError> {
+        let (id, reason, at) = (id.to_owned(), reason.to_owned(), now_ms());
+        self.shared
+            .change(move |rows| tree::cancel_tree(rows, &id, &reason, at))
+    }
+
+    fn cancel_async(&self, id: &str, reason: &str) -> StoreFuture<CancelOutcome> {
+        let (id, reason, at) = (id.to_owned(), reason.to_owned(), now_ms());
+        self.shared
+            .change_async(move |rows| tree::cancel_tree(rows, &id, &reason, at))
+    }
+
+    fn children(&self, parent: &str) -> Result<Vec<String>, StoreError> {
+        self.shared.query(
+            "SELECT id FROM jobs WHERE parent = $1 ORDER BY created_at_ms, id",
+            vec![Box::new(parent.to_owned())],
+            |row, label| column(row, 0, label),
+        )
+    }
+
+    fn expire_waits(&self) -> StoreFuture<usize> {
+        let at = now_ms();
+        self.shared
+            .change_async(move |rows| rules::expire(rows, at))
+    }
+
+    fn active_jobs(&self) -> Result<usize, StoreError> {
+        let counts = self.shared.query(
+            "SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'pending') \
+             + (SELECT COUNT(*) FROM jobs WHERE status = 'running') \
+             + (SELECT COUNT(*) FROM jobs WHERE wait_expires_at_ms IS NOT NULL \
+                AND status IN ('waiting_human', 'waiting_subtasks'))",
+            Vec::new(),
+            |row, label| column::<i64>(row, 0, label),
+        )?;
+        Ok(counts.first().copied().unwrap_or_default() as usize)
+    }
+
+    fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError> {
+        self.shared.summaries(
+            "SELECT id, piece, status, movement, wait_reason, parent, created_at_ms, \
+             updated_at_ms FROM jobs WHERE $1::text IS NULL OR status = $1::text \
+             ORDER BY created_at_ms DESC, id DESC LIMIT $2",
+            vec![
+                Box::new(status.map(|status| status.as_str().to_owned())),
+                Box::new(limit as i64),
+            ],
+        )
+    }
+
+    fn longest_waiting(&self, limit: usize) -> Result<Vec<JobSummary>, StoreError> {
+        self.shared.summaries(
+            "SELECT id, piece, status, movement, wait_reason, parent, created_at_ms, \
+             updated_at_ms FROM jobs WHERE status = 'waiting_human' \
+             ORDER BY updated_at_ms, id LIMIT $1",
+            vec![Box::new(limit as i64)],
+        )
+    }
+
+    fn summary(&self, id: &str) -> Result<JobSummary, StoreError> {
+        self.shared
+            .summaries(
+                "SELECT id, piece, status, movement, wait_reason, parent, created_at_ms, \
+             updated_at_ms FROM jobs WHERE id = $1",
+                vec![Box::new(id.to_owned())],
+            )?
+            .pop()
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))
+    }
+
+    fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
+        let batches = self.shared.query(
+            "SELECT first_seq, at_ms, events FROM saves \
+             WHERE job_id = $1 AND last_seq > $2 ORDER BY batch",
+            vec![Box::new(id.to_owned()), Box::new(after as i64)],
+            |row, label| {
+                Ok((
+                    column::<i64>(row, 0, label)?,
+                    column::<i64>(row, 1, label)?,
+                    column::<String>(row, 2, label)?,
+                ))
+            },
+        )?;
+        numbered_events(batches, after).map_err(|e| self.shared.corrupt(id, e))
+    }
+
+    fn prune(&self, before_ms: i64, limit: usize) -> Result<usize, StoreError> {
+        self.shared
+            .change(move |rows| tree::prune_trees(rows, before_ms, limit))
+    }
+}
