@@ -163,6 +163,8 @@ on_every_store!(
     longest_waiting_is_by_when_the_wait_began_not_when_the_job_was_made,
     a_conversation_saved_in_parts_reads_back_whole_even_after_an_insert_before_its_end,
     a_job_cancelled_before_its_first_save_keeps_its_conversation,
+    many_nodes_on_one_database_run_each_job_exactly_once,
+    children_ending_at_once_on_many_nodes_release_their_parent_exactly_once,
 );
 
 pub(super) fn job(id: &str) -> JobState {
@@ -781,4 +783,138 @@ pub(super) fn a_job_cancelled_before_its_first_save_keeps_its_conversation(fixtu
     assert_eq!(status, JobStatus::Cancelled);
     assert_eq!(texts(&cancelled), ["hello"]);
     assert_eq!(cancelled.result.as_deref(), Some("not needed"));
+}
+
+/// Nodes: stores of their own on the fixture's database, as separate processes open it.
+fn nodes(fixture: &Fixture, count: usize) -> Vec<Arc<dyn JobStore>> {
+    (0..count).map(|_| fixture.reopen()).collect()
+}
+
+pub(super) fn many_nodes_on_one_database_run_each_job_exactly_once(fixture: &Fixture) {
+    let store = fixture.store();
+    let ids: Vec<String> = (0..120).map(|n| format!("job-{n:03}")).collect();
+    for id in &ids {
+        store.create(&job(id)).unwrap();
+    }
+    let runs = std::thread::scope(|scope| {
+        let runners: Vec<_> = nodes(fixture, 4)
+            .into_iter()
+            .enumerate()
+            .map(|(node, store)| {
+                scope.spawn(move || {
+                    let owner = format!("node-{node}");
+                    let mut ran = Vec::new();
+                    while let Some(claimed) = store.claim_next(&owner, 60_000).unwrap() {
+                        let mut state = claimed.state;
+                        state.status = JobStatus::Completed;
+                        store
+                            .save(&state, &[finished(JobStatus::Completed)], &owner)
+                            .unwrap();
+                        ran.push(state.id);
+                    }
+                    ran
+                })
+            })
+            .collect();
+        runners
+            .into_iter()
+            .flat_map(|runner| runner.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let mut sorted = runs.clone();
+    sorted.sort();
+    assert_eq!(sorted, ids, "every job ran, and none twice");
+    for id in &ids {
+        assert_eq!(store.load(id).unwrap().1, JobStatus::Completed);
+        let events = store.events(id, 0).unwrap();
+        assert_eq!(
+            events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [1],
+            "{id}"
+        );
+    }
+    assert_eq!(store.active_jobs().unwrap(), 0);
+}
+
+pub(super) fn children_ending_at_once_on_many_nodes_release_their_parent_exactly_once(
+    fixture: &Fixture,
+) {
+    let nodes = nodes(fixture, 8);
+    // Rounds, because which child ends last, and how close behind the others, is up to the
+    // scheduler.
+    for round in 0..10 {
+        let parent = format!("parent-{round}");
+        let children: Vec<String> = (0..nodes.len())
+            .map(|n| format!("child-{round}-{n}"))
+            .collect();
+        parent_waiting_for(fixture.store(), &parent, &children);
+        // Each child is claimed on a node of its own; they all end at once.
+        let claimed: Vec<JobState> = children
+            .iter()
+            .zip(&nodes)
+            .map(|(child, node)| node.claim(child, child, 60_000).unwrap().unwrap().state)
+            .collect();
+        let start = std::sync::Barrier::new(children.len());
+        std::thread::scope(|scope| {
+            for (mut state, node) in claimed.into_iter().zip(&nodes) {
+                let start = &start;
+                scope.spawn(move || {
+                    let owner = state.id.clone();
+                    state.status = JobStatus::Completed;
+                    start.wait();
+                    node.save(&state, &[finished(JobStatus::Completed)], &owner)
+                        .unwrap();
+                });
+            }
+        });
+        let store = fixture.store();
+        assert_eq!(
+            store.load(&parent).unwrap().1,
+            JobStatus::Pending,
+            "round {round}: the last child to end released its parent"
+        );
+        let resumed = store.claim(&parent, "r", 60_000).unwrap().unwrap();
+        let Some(crate::engine::Answer::Resume(Resume::SubtasksDone(results))) = resumed.resume
+        else {
+            panic!(
+                "the parent resumes with its children's results: {:?}",
+                resumed.resume
+            );
+        };
+        let mut ended: Vec<_> = results.iter().map(|r| r.job_id.clone()).collect();
+        ended.sort();
+        assert_eq!(ended, children);
+        assert!(
+            results
+                .iter()
+                .all(|r| r.status == crate::plugin::SubtaskStatus::Completed)
+        );
+    }
+}
+
+/// `parent` parked on its new, pending `children`.
+fn parent_waiting_for(store: &dyn JobStore, parent: &str, children: &[String]) {
+    store.create(&job(parent)).unwrap();
+    for child in children {
+        let mut state = job(child);
+        state.parent = Some(parent.into());
+        store.create(&state).unwrap();
+    }
+    let mut state = store.claim(parent, "r", 60_000).unwrap().unwrap().state;
+    state.status = JobStatus::WaitingSubtasks;
+    state.wait = Some(Wait {
+        id: 1,
+        reason: None,
+        request: WaitRequest::Subtasks {
+            job_ids: children.to_vec(),
+        },
+        resume: ResumePoint::ParkedCall {
+            call: CallRequest::new("WaitSubTask", serde_json::json!({})),
+            plugin: PinnedPlugin {
+                name: "subtasks".into(),
+                content_hash: "hash-3".into(),
+            },
+        },
+    });
+    store.save(&state, &[], "r").unwrap();
 }
