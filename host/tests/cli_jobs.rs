@@ -1,10 +1,9 @@
 //! `maestro run` and `maestro jobs` as separate processes on one store file: a job parks in one
 //! process, survives it, and is answered (once) from another.
 
-use std::path::Path;
-
 mod cli_support;
 mod common;
+mod postgres_support;
 
 use cli_support::{maestro, repo, scripted_flags, text, with};
 
@@ -15,7 +14,7 @@ fn chat_flags() -> Vec<String> {
     scripted_flags("chat.yaml")
 }
 
-fn jobs(store: &Path, status: &str) -> Vec<Value> {
+fn jobs(store: impl AsRef<std::ffi::OsStr>, status: &str) -> Vec<Value> {
     let output = maestro(store, &["jobs", "list", "--json", "--status", status]);
     assert!(output.status.success(), "{}", text(&output));
     serde_json::from_slice::<Vec<Value>>(&output.stdout).unwrap()
@@ -24,7 +23,19 @@ fn jobs(store: &Path, status: &str) -> Vec<Value> {
 #[test]
 fn an_ask_parks_survives_the_process_and_is_answered_once_from_another() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("jobs.db");
+    parks_and_is_answered_from_another_process(dir.path().join("jobs.db").to_str().unwrap());
+}
+
+#[test]
+fn on_postgres_an_ask_parks_survives_the_process_and_is_answered_once_from_another() {
+    if let Some(database) = postgres_support::database() {
+        parks_and_is_answered_from_another_process(&database.url);
+    }
+}
+
+/// A chat job run on `store` parks on its question; the processes after it find it there,
+/// refuse wrong answers, finish it with the right one, refuse a second, and read it back.
+fn parks_and_is_answered_from_another_process(store: &str) {
     let flags = chat_flags();
 
     let run = maestro(

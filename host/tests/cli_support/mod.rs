@@ -13,8 +13,8 @@ pub fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// `maestro ARGS --store STORE`, run to its end.
-pub fn maestro(store: &Path, args: &[&str]) -> Output {
+/// `maestro ARGS --store STORE` (a file or a database URL), run to its end.
+pub fn maestro(store: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output {
     let mut command = common::maestro_command();
     command.args(args).arg("--store").arg(store);
     command.output().unwrap()

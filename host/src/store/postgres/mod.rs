@@ -253,12 +253,12 @@ impl PostgresStore {
         }
         config.application_name("maestro");
         let label: Arc<str> = label_of(&config).into();
-        let schema = schema::migrate(&mut Connection::new(config.clone(), label.clone()))?;
         let pool = Pool::start(&config, &label, CONNECTIONS)?;
-        Ok(Self {
-            shared: Shared { pool, label },
-            schema,
-        })
+        let shared = Shared { pool, label };
+        // On a pool thread: the client blocks on a runtime of its own, which cannot start
+        // inside the caller's.
+        let schema = shared.run(schema::migrate)?;
+        Ok(Self { shared, schema })
     }
 
     /// Which schema version the database had when opened, and which it has now.

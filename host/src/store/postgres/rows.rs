@@ -45,10 +45,17 @@ pub(super) fn is_retryable(error: &postgres::Error) -> bool {
 
 /// A database failure as the store reports it: the server's own message where it sent one.
 pub(super) fn describe(error: &postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => format!("{}: {}", db.severity(), db.message()),
-        None => error.to_string(),
+    if let Some(db) = error.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
     }
+    // The client's own message is general ("error connecting to server"); its cause says why.
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(inner) = cause {
+        text.push_str(&format!(": {inner}"));
+        cause = inner.source();
+    }
+    text
 }
 
 /// An open transaction as the store's rules see it.
