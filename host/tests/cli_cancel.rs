@@ -7,10 +7,11 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 use maestro::engine::{JobEvent, JobStatus};
-use maestro::store::{JobStore, SqliteStore};
+use maestro::store::JobStore;
 use serde_json::Value;
 
 mod common;
+mod postgres_support;
 mod worker_support;
 
 use worker_support::{Workspace, interrupt, wait_until};
@@ -18,11 +19,11 @@ use worker_support::{Workspace, interrupt, wait_until};
 /// What the engine saves as the result of a job it stopped for a cancel.
 const STOPPED: &str = "cancelled by a user or operator";
 
-fn status(store: &SqliteStore, id: &str) -> JobStatus {
+fn status(store: &dyn JobStore, id: &str) -> JobStatus {
     store.load(id).unwrap().1
 }
 
-fn log(store: &SqliteStore, id: &str) -> Vec<JobEvent> {
+fn log(store: &dyn JobStore, id: &str) -> Vec<JobEvent> {
     store
         .events(id, 0)
         .unwrap()
@@ -39,7 +40,7 @@ fn calls_of(log: &[JobEvent], name: &str) -> usize {
 
 /// The job ended cancelled by its runner, which stopped between steps with `reason`: the work it
 /// had left (five one-second sleeps, then `complete`) was not done.
-fn stopped_by_its_runner(store: &SqliteStore, id: &str, reason: &str) {
+fn stopped_by_its_runner(store: &dyn JobStore, id: &str, reason: &str) {
     let (state, status) = store.load(id).unwrap();
     assert_eq!(status, JobStatus::Cancelled, "{state:?}");
     assert_eq!(state.result.as_deref(), Some(reason));
@@ -62,7 +63,9 @@ fn cancelling_a_job_a_worker_is_running_stops_it_at_its_next_step_with_the_reaso
         .spawn()
         .unwrap();
     let store = workspace.store();
-    wait_until("the job runs", || status(&store, &id) == JobStatus::Running);
+    wait_until("the job runs", || {
+        status(store.as_ref(), &id) == JobStatus::Running
+    });
 
     let output = workspace.on_the_store(&["jobs", "cancel", &id, "--reason", "wrong vendor"]);
     let said = String::from_utf8_lossy(&output.stdout);
@@ -73,11 +76,11 @@ fn cancelling_a_job_a_worker_is_running_stops_it_at_its_next_step_with_the_reaso
         "{said}"
     );
     wait_until("the runner stops the job", || {
-        status(&store, &id) == JobStatus::Cancelled
+        status(store.as_ref(), &id) == JobStatus::Cancelled
     });
     worker.kill().unwrap();
     worker.wait().unwrap();
-    stopped_by_its_runner(&store, &id, "wrong vendor");
+    stopped_by_its_runner(store.as_ref(), &id, "wrong vendor");
 }
 
 #[test]
@@ -86,11 +89,11 @@ fn cancelling_a_parent_cancels_its_open_subtasks() {
     let parent = workspace.start("delegate", "fan out to a child that asks");
     workspace.work_until_idle(&["--runners", "2"]);
     let store = workspace.store();
-    assert_eq!(status(&store, &parent), JobStatus::WaitingSubtasks);
+    assert_eq!(status(store.as_ref(), &parent), JobStatus::WaitingSubtasks);
     let children = store.children(&parent).unwrap();
     assert_eq!(children.len(), 1, "{children:?}");
     let child = children[0].clone();
-    assert_eq!(status(&store, &child), JobStatus::WaitingHuman);
+    assert_eq!(status(store.as_ref(), &child), JobStatus::WaitingHuman);
 
     let output = workspace.on_the_store(&["jobs", "cancel", &parent, "--reason", "not needed"]);
     assert_eq!(
@@ -108,7 +111,7 @@ fn cancelling_a_parent_cancels_its_open_subtasks() {
         (JobStatus::Cancelled, Some("its parent job was cancelled"))
     );
     assert!(matches!(
-        log(&store, &child).last(),
+        log(store.as_ref(), &child).last(),
         Some(JobEvent::Finished {
             status: JobStatus::Cancelled,
             ..
@@ -151,5 +154,5 @@ fn ctrl_c_on_maestro_run_cancels_the_job_at_its_next_step() {
         ),
         "{stderr}"
     );
-    stopped_by_its_runner(&workspace.store(), &job, STOPPED);
+    stopped_by_its_runner(workspace.store().as_ref(), &job, STOPPED);
 }

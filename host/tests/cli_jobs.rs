@@ -39,7 +39,7 @@ fn parks_and_is_answered_from_another_process(store: &str) {
     let flags = chat_flags();
 
     let run = maestro(
-        &store,
+        store,
         &with(&["run", "chat", "--input", "What should I pack?"], &flags),
     );
     let shown = text(&run);
@@ -55,13 +55,13 @@ fn parks_and_is_answered_from_another_process(store: &str) {
     assert!(shown.contains("maestro jobs answer job-"), "{shown}");
 
     // The run's process is gone; the job is a row of the store.
-    let waiting = jobs(&store, "waiting_human");
+    let waiting = jobs(store, "waiting_human");
     assert_eq!(waiting.len(), 1);
     assert_eq!(waiting[0]["wait_reason"], "input");
     let id = waiting[0]["id"].as_str().unwrap().to_owned();
 
     // The phase is the fold of the stored log: waiting for the user's input, with the question.
-    let show = maestro(&store, &["jobs", "show", &id]);
+    let show = maestro(store, &["jobs", "show", &id]);
     let shown = text(&show);
     assert!(show.status.success(), "{shown}");
     assert!(shown.contains("phase     waiting_user/input"), "{shown}");
@@ -70,7 +70,7 @@ fn parks_and_is_answered_from_another_process(store: &str) {
         "{shown}"
     );
 
-    let wrong = maestro(&store, &with(&["jobs", "approve", &id], &flags));
+    let wrong = maestro(store, &with(&["jobs", "approve", &id], &flags));
     assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
     assert!(
         text(&wrong).contains("an answer to a question"),
@@ -87,7 +87,7 @@ fn parks_and_is_answered_from_another_process(store: &str) {
         command
             .args(with(&["jobs", "login", &id, "-"], &flags))
             .arg("--store")
-            .arg(&store)
+            .arg(store)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
@@ -98,13 +98,13 @@ fn parks_and_is_answered_from_another_process(store: &str) {
         assert!(text(&login).contains(said), "{said}: {}", text(&login));
     }
 
-    let answer = maestro(&store, &with(&["jobs", "answer", &id, "Lisbon"], &flags));
+    let answer = maestro(store, &with(&["jobs", "answer", &id, "Lisbon"], &flags));
     let shown = text(&answer);
     assert!(answer.status.success(), "{shown}");
     assert!(shown.contains("\"answer\":\"Lisbon\""), "{shown}");
     assert!(shown.contains("completed: Packing list ready"), "{shown}");
 
-    let again = maestro(&store, &with(&["jobs", "answer", &id, "Porto"], &flags));
+    let again = maestro(store, &with(&["jobs", "answer", &id, "Porto"], &flags));
     assert_eq!(again.status.code(), Some(2), "{}", text(&again));
     assert!(
         text(&again).contains("is completed, not waiting"),
@@ -112,7 +112,7 @@ fn parks_and_is_answered_from_another_process(store: &str) {
         text(&again)
     );
 
-    let show = maestro(&store, &["jobs", "show", &id, "--json"]);
+    let show = maestro(store, &["jobs", "show", &id, "--json"]);
     assert!(show.status.success(), "{}", text(&show));
     let job: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(job["status"], "completed");

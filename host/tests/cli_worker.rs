@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use maestro::engine::{Answer, JobEvent, JobStatus};
 use maestro::plugin::{Resume, SubtaskStatus};
-use maestro::store::JobStore;
 
 mod common;
+mod postgres_support;
 mod worker_support;
 
 use worker_support::{Workspace, finish, interrupt, wait_until};
@@ -145,6 +145,23 @@ fn assert_each_step_once_in_order(id: &str, events: &[maestro::store::StoredEven
 
 #[test]
 fn two_workers_on_one_store_one_killed_at_random_points_lose_nothing_and_repeat_nothing() {
+    one_of_two_workers_killed_at_random_points(Workspace::new);
+}
+
+#[test]
+fn two_workers_on_postgres_one_killed_at_random_points_lose_nothing_and_repeat_nothing() {
+    if postgres_support::database().is_some() {
+        one_of_two_workers_killed_at_random_points(|| {
+            Workspace::on_postgres(postgres_support::database().unwrap())
+        });
+    }
+}
+
+/// Two `maestro work` processes on the store of a new workspace each round; one is SIGKILLed
+/// as a job ends, as one parks, and while answered ones resume: every job ends exactly once,
+/// each step of its log once and in order, the survivor loses no lease, and a parked job stays
+/// untouched.
+fn one_of_two_workers_killed_at_random_points(workspace: impl Fn() -> Workspace) {
     let seed = std::env::var("MAESTRO_CRASH_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())
@@ -158,7 +175,7 @@ fn two_workers_on_one_store_one_killed_at_random_points_lose_nothing_and_repeat_
     eprintln!("crash test seed: {seed} (MAESTRO_CRASH_SEED replays it)");
     let mut delays = Delays(seed);
     for point in [KillPoint::Ending, KillPoint::Parking, KillPoint::Resuming] {
-        let workspace = Workspace::new();
+        let workspace = workspace();
         let store = workspace.store();
         let answered: Vec<String> = (0..2)
             .map(|n| workspace.start("ask", &format!("a crash question {n}")))

@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 
 use super::plugins::PluginStatus;
 use crate::engine::{JobEvent, JobStatus, Observer};
-use crate::store::JobStore;
+use crate::store::{JobChange, JobStore};
 
 /// How long a job stream waits for a notice before it reads the store anyway (another process
 /// may have written it).
@@ -54,24 +54,54 @@ impl Notice {
 /// Fans notices out to every listener. Also the worker's observer.
 pub struct Hub {
     sender: broadcast::Sender<Notice>,
+    /// The store tells of every job written by any process, this one's included: `saved`
+    /// notices come from it alone, once each.
+    saved_from_store: bool,
 }
 
 impl Default for Hub {
     fn default() -> Self {
         Self {
             sender: broadcast::channel(1024).0,
+            saved_from_store: false,
         }
     }
 }
 
 impl Hub {
+    /// A hub whose `saved` notices are the store's changes, which [`forward_changes`] brings.
+    pub fn fed_by_store() -> Self {
+        Self {
+            saved_from_store: true,
+            ..Self::default()
+        }
+    }
+
     pub fn publish(&self, notice: Notice) {
+        if self.saved_from_store && matches!(notice, Notice::Saved { .. }) {
+            return;
+        }
         // No listener is not an error.
         let _ = self.sender.send(notice);
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
         self.sender.subscribe()
+    }
+}
+
+/// Publishes the store's changes (any process's) as `saved` notices: a job stream of a job
+/// that another node runs reads it again at once, and the feed shows the whole cluster.
+pub async fn forward_changes(mut changes: broadcast::Receiver<JobChange>, hub: Arc<Hub>) {
+    loop {
+        match changes.recv().await {
+            Ok(JobChange::Saved { job, status }) => {
+                let _ = hub.sender.send(Notice::Saved { job, status });
+            }
+            // Job streams read the store again by themselves within their poll.
+            Ok(JobChange::Missed) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
     }
 }
 

@@ -65,6 +65,8 @@ pub struct RunningServer {
     http: tokio::task::JoinHandle<()>,
     worker: tokio::task::JoinHandle<WorkerStats>,
     retention: Option<tokio::task::JoinHandle<()>>,
+    /// Brings the store's changes to the live feed, where the store tells of them.
+    heard: Option<tokio::task::JoinHandle<()>>,
     _watch: FolderWatch,
 }
 
@@ -77,7 +79,12 @@ pub async fn start(
     wake: Arc<Notify>,
     settings: ServeSettings,
 ) -> Result<RunningServer, String> {
-    let hub = Arc::new(Hub::default());
+    let changes = store.changes();
+    let hub = Arc::new(match changes {
+        Some(_) => Hub::fed_by_store(),
+        None => Hub::default(),
+    });
+    let heard = changes.map(|changes| tokio::spawn(live::forward_changes(changes, hub.clone())));
     let listener_hub = hub.clone();
     plugins.on_change(move |status| listener_hub.publish(Notice::Plugin(status.clone())));
     let watch = watch_folder(plugins.clone(), settings.debounce)?;
@@ -141,6 +148,7 @@ pub async fn start(
         http,
         worker,
         retention,
+        heard,
         _watch: watch,
     })
 }
@@ -172,6 +180,9 @@ impl RunningServer {
     pub async fn stop(self, grace: Duration) -> WorkerStats {
         self.stop.cancel();
         self.shutdown.notify_one();
+        if let Some(heard) = &self.heard {
+            heard.abort();
+        }
         if let Some(retention) = self.retention {
             retention.abort();
         }

@@ -116,6 +116,15 @@ pub struct Handoff {
     pub next: Result<Option<ClaimedJob>, StoreError>,
 }
 
+/// What a shared store tells every process of the changes to its jobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobChange {
+    /// A job was written with this status (new, answered, run, ended).
+    Saved { job: String, status: JobStatus },
+    /// The store lost touch for a while and changes may have gone unheard: look again.
+    Missed,
+}
+
 /// Where jobs live. The embedded default is [`SqliteStore`]; the trait keeps the engine and
 /// the CLI independent of the database.
 pub trait JobStore: Send + Sync {
@@ -205,6 +214,13 @@ pub trait JobStore: Send + Sync {
 
     /// The events of a job with a sequence number greater than `after`, oldest first.
     fn events(&self, id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError>;
+
+    /// The changes any process makes to the jobs, where the store hears of them (a database
+    /// shared by many nodes); `None` where it does not, and its users look again every so
+    /// often instead.
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<JobChange>> {
+        None
+    }
 
     /// Deletes, with their events, up to `limit` job trees that ended before `before_ms` (Unix
     /// ms): top-level jobs that ended then, with every descendant ended too. A tree with any job

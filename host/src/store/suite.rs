@@ -918,3 +918,46 @@ fn parent_waiting_for(store: &dyn JobStore, parent: &str, children: &[String]) {
     });
     store.save(&state, &[], "r").unwrap();
 }
+
+/// Every node hears of every change to a job's status, its own included, as it commits: a new
+/// job, an answer and a park, written through another node.
+#[test]
+fn postgres_tells_every_node_of_each_change_as_it_commits() {
+    let Some(fixture) = Fixture::postgres() else {
+        return;
+    };
+    let mut heard = fixture
+        .store()
+        .changes()
+        .expect("PostgreSQL tells of changes");
+    let other = fixture.reopen();
+    other.create(&job("j1")).unwrap();
+    other.claim("j1", "r", 60_000).unwrap().unwrap();
+    other.save(&parked(job("j1")), &[], "r").unwrap();
+    other
+        .answer("j1", &Resume::Answered("Oslo".into()).into(), Some(1))
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut next = || {
+        runtime
+            .block_on(async {
+                tokio::time::timeout(std::time::Duration::from_secs(30), heard.recv()).await
+            })
+            .expect("the change is heard")
+            .unwrap()
+    };
+    let saved = |status| crate::store::JobChange::Saved {
+        job: "j1".into(),
+        status,
+    };
+    assert_eq!(next(), saved(JobStatus::Pending), "created");
+    assert_eq!(next(), saved(JobStatus::WaitingHuman), "parked");
+    assert_eq!(next(), saved(JobStatus::Pending), "answered");
+    assert!(
+        Fixture::sqlite().store().changes().is_none(),
+        "a SQLite store does not claim to hear other processes"
+    );
+}

@@ -20,7 +20,7 @@ pub use spawner::StoreSpawner;
 use crate::engine::{
     CancelFlag, Engine, JobEvent, JobState, JobStatus, Observer, PieceRunResult, end_outside,
 };
-use crate::store::{ClaimedJob, Handoff, JobStore, StoreError};
+use crate::store::{ClaimedJob, Handoff, JobChange, JobStore, StoreError};
 
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -60,9 +60,16 @@ pub struct Worker {
     engine: Arc<Engine>,
     config: WorkerConfig,
     wake: Arc<Notify>,
+    /// How often an idle runner looks for work unwoken: `idle_poll`, or at least
+    /// [`HEARD_POLL`] where the store tells of every process's changes.
+    fallback_poll: Duration,
     observer: Option<Arc<dyn Observer>>,
     stats: Mutex<WorkerStats>,
 }
+
+/// How often idle runners look for work when the store tells them of other processes' changes:
+/// a notification lost in between delays a job by at most this.
+pub const HEARD_POLL: Duration = Duration::from_secs(1);
 
 impl Worker {
     /// `wake` is notified by whoever creates or answers jobs in this process (the spawner, the
@@ -73,11 +80,16 @@ impl Worker {
         config: WorkerConfig,
         wake: Arc<Notify>,
     ) -> Self {
+        let fallback_poll = match store.changes() {
+            Some(_) => config.idle_poll.max(HEARD_POLL),
+            None => config.idle_poll,
+        };
         Self {
             store,
             engine,
             config,
             wake,
+            fallback_poll,
             observer: None,
             stats: Mutex::new(WorkerStats::default()),
         }
@@ -96,6 +108,10 @@ impl Worker {
     /// Runs the runners until `stop` is cancelled; with `until_idle`, also stops once no job is
     /// pending or running anywhere (waiting jobs wait for someone else).
     pub async fn run(self: &Arc<Self>, stop: CancelFlag, until_idle: bool) -> WorkerStats {
+        let heard = self
+            .store
+            .changes()
+            .map(|changes| tokio::spawn(wake_on_runnable(changes, self.wake.clone())));
         let mut runners = Vec::new();
         for index in 0..self.config.runners.max(1) {
             let worker = self.clone();
@@ -109,6 +125,9 @@ impl Worker {
             if let Err(error) = runner.await {
                 tracing::error!("a runner task failed: {error}");
             }
+        }
+        if let Some(heard) = heard {
+            heard.abort();
         }
         self.stats()
     }
@@ -155,7 +174,7 @@ impl Worker {
     async fn idle(&self) {
         tokio::select! {
             () = self.wake.notified() => {}
-            () = tokio::time::sleep(self.config.idle_poll) => {}
+            () = tokio::time::sleep(self.fallback_poll) => {}
         }
     }
 
@@ -388,6 +407,27 @@ impl Observer for Recorder {
             .push(event.clone());
         if let Some(forward) = &self.forward {
             forward.on_event(job_id, event);
+        }
+    }
+}
+
+/// Wakes this process's idle runners when another process makes a job runnable (a new job, an
+/// answer, a released parent), or when changes may have gone unheard.
+async fn wake_on_runnable(
+    mut changes: tokio::sync::broadcast::Receiver<JobChange>,
+    wake: Arc<Notify>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match changes.recv().await {
+            Ok(JobChange::Saved {
+                status: JobStatus::Pending,
+                ..
+            })
+            | Ok(JobChange::Missed)
+            | Err(RecvError::Lagged(_)) => wake.notify_waiters(),
+            Ok(JobChange::Saved { .. }) => {}
+            Err(RecvError::Closed) => return,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! A database of its own for a test of the PostgreSQL store, in the throwaway cluster that
 //! `MAESTRO_TEST_POSTGRES` names (`.ci/postgres start` sets it; `.ci/test` always does).
 
+#![allow(dead_code)]
+
 /// A new, empty database, dropped when the test ends.
 pub struct TestDatabase {
     pub url: String,

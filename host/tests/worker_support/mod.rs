@@ -9,9 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use maestro::store::SqliteStore;
+use std::sync::Arc;
+
+use maestro::store::{JobStore, StoreAddress};
 
 use crate::common;
+use crate::postgres_support::TestDatabase;
 use maestro_plugins as artifacts;
 
 pub const PIECES: &[(&str, &str)] = &[
@@ -84,12 +87,30 @@ turns:
 "#;
 
 /// A folder with the pieces, the script, a plugin folder (first-party tools and `hostile` for
-/// its `sleep`) and a policy that lets SpawnSubTask spawn.
+/// its `sleep`) and a policy that lets SpawnSubTask spawn; the store is `jobs.db` in it, or a
+/// PostgreSQL database of its own.
 pub struct Workspace {
     dir: tempfile::TempDir,
+    database: Option<TestDatabase>,
 }
 
 impl Workspace {
+    /// A workspace whose store is `database`.
+    pub fn on_postgres(database: TestDatabase) -> Self {
+        Self {
+            database: Some(database),
+            ..Self::new()
+        }
+    }
+
+    /// The store's address, as `--store` takes it.
+    pub fn store_address(&self) -> String {
+        match &self.database {
+            Some(database) => database.url.clone(),
+            None => self.path("jobs.db").display().to_string(),
+        }
+    }
+
     pub fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let pieces = dir.path().join("pieces");
@@ -109,7 +130,10 @@ impl Workspace {
             "[plugins.spawn_subtask]\nspawn_subtasks = true\n",
         )
         .unwrap();
-        Self { dir }
+        Self {
+            dir,
+            database: None,
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -119,7 +143,7 @@ impl Workspace {
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = common::maestro_command();
         command.args(args);
-        command.arg("--store").arg(self.path("jobs.db"));
+        command.arg("--store").arg(self.store_address());
         command.arg("--pieces").arg(self.path("pieces"));
         command
     }
@@ -140,7 +164,7 @@ impl Workspace {
         let output = common::maestro_command()
             .args(args)
             .arg("--store")
-            .arg(self.path("jobs.db"))
+            .arg(self.store_address())
             .output()
             .unwrap();
         assert!(
@@ -193,8 +217,8 @@ impl Workspace {
         output
     }
 
-    pub fn store(&self) -> SqliteStore {
-        SqliteStore::open(self.path("jobs.db")).unwrap()
+    pub fn store(&self) -> Arc<dyn JobStore> {
+        StoreAddress::parse(&self.store_address()).open().unwrap().0
     }
 }
 

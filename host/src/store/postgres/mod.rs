@@ -5,8 +5,10 @@
 //! (`pool.rs`), so every node sees each change whole or not at all; the rows a change checks
 //! are locked until it commits, so a check-then-write (answer, claim, cancel) cannot
 //! interleave with another node's. Reads see committed changes only; a job's row and its log
-//! are read from one snapshot.
+//! are read from one snapshot. Every write of a job's status notifies the other nodes
+//! (`listen.rs`), which look again at once instead of at their next poll.
 
+mod listen;
 mod pool;
 mod rows;
 mod schema;
@@ -16,13 +18,15 @@ use std::sync::Arc;
 use postgres::IsolationLevel;
 use postgres::types::ToSql;
 
+use self::listen::Listener;
 use self::pool::{Connection, Pool};
 use self::rows::{JOB, MESSAGE_BATCHES, PgRows, column, message_batches, row_text};
 use super::record::{JobRow, SaveRecord, StoredText, numbered_events};
 use super::rules::{self, ClaimedRow, now_ms, unreadable_is_none};
 use super::tree::{self, CancelOutcome};
 use super::{
-    ClaimedJob, Handoff, JobStore, JobSummary, Schema, StoreError, StoreFuture, StoredEvent,
+    ClaimedJob, Handoff, JobChange, JobStore, JobSummary, Schema, StoreError, StoreFuture,
+    StoredEvent,
 };
 use crate::engine::{Answer, JobEvent, JobState, JobStatus};
 
@@ -230,6 +234,7 @@ impl Shared {
 pub struct PostgresStore {
     shared: Shared,
     schema: Schema,
+    listener: Listener,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -258,7 +263,12 @@ impl PostgresStore {
         // On a pool thread: the client blocks on a runtime of its own, which cannot start
         // inside the caller's.
         let schema = shared.run(schema::migrate)?;
-        Ok(Self { shared, schema })
+        let listener = Listener::start(config, shared.label.clone());
+        Ok(Self {
+            shared,
+            schema,
+            listener,
+        })
     }
 
     /// Which schema version the database had when opened, and which it has now.
@@ -499,6 +509,10 @@ impl JobStore for PostgresStore {
             },
         )?;
         numbered_events(batches, after).map_err(|e| self.shared.corrupt(id, e))
+    }
+
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<JobChange>> {
+        Some(self.listener.subscribe())
     }
 
     fn prune(&self, before_ms: i64, limit: usize) -> Result<usize, StoreError> {

@@ -181,9 +181,11 @@ impl Rows for PgRows<'_, '_> {
     }
 
     fn insert_job(&mut self, row: &JobRow, at: i64) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO jobs (id, piece, status, movement, parent, state, created_at_ms, \
-             updated_at_ms) VALUES ($1, $2, 'pending', $3, $4, $5, $6, $6)",
+        self.query(
+            "WITH written AS (INSERT INTO jobs (id, piece, status, movement, parent, state, \
+             created_at_ms, updated_at_ms) VALUES ($1, $2, 'pending', $3, $4, $5, $6, $6) \
+             RETURNING id, status) SELECT pg_notify('maestro_jobs', status || ' ' || id) \
+             FROM written",
             &[
                 &row.id,
                 &row.piece,
@@ -222,13 +224,15 @@ impl Rows for PgRows<'_, '_> {
         owner: Option<&str>,
     ) -> Result<usize, StoreError> {
         let still_running = job.status == JobStatus::Running;
-        self.execute(
-            "UPDATE jobs SET status = $2, movement = $3, wait_reason = $4, parked_plugin = $5, \
-             pending_resume = NULL, state = $6, updated_at_ms = $7, wait_expires_at_ms = $10, \
-             piece = $11, \
+        self.query(
+            "WITH written AS (UPDATE jobs SET status = $2, movement = $3, wait_reason = $4, \
+             parked_plugin = $5, pending_resume = NULL, state = $6, updated_at_ms = $7, \
+             wait_expires_at_ms = $10, piece = $11, \
              lease_owner = CASE WHEN $8::boolean THEN lease_owner END, \
              lease_until_ms = CASE WHEN $8::boolean THEN lease_until_ms END \
-             WHERE id = $1 AND ($9::text IS NULL OR lease_owner = $9::text)",
+             WHERE id = $1 AND ($9::text IS NULL OR lease_owner = $9::text) \
+             RETURNING id, status) SELECT pg_notify('maestro_jobs', status || ' ' || id) \
+             FROM written",
             &[
                 &job.id,
                 &job.status.as_str(),
@@ -243,12 +247,14 @@ impl Rows for PgRows<'_, '_> {
                 &job.piece,
             ],
         )
+        .map(|written| written.len())
     }
 
     fn make_runnable(&mut self, id: &str, resume: &str, at: i64) -> Result<(), StoreError> {
-        self.execute(
-            "UPDATE jobs SET status = 'pending', pending_resume = $2, updated_at_ms = $3, \
-             wait_expires_at_ms = NULL WHERE id = $1",
+        self.query(
+            "WITH written AS (UPDATE jobs SET status = 'pending', pending_resume = $2, \
+             updated_at_ms = $3, wait_expires_at_ms = NULL WHERE id = $1 RETURNING id, status) \
+             SELECT pg_notify('maestro_jobs', status || ' ' || id) FROM written",
             &[&id, &resume, &at],
         )
         .map(drop)
@@ -281,9 +287,11 @@ impl Rows for PgRows<'_, '_> {
     }
 
     fn set_aside(&mut self, id: &str, owner: &str, at: i64) -> Result<(), StoreError> {
-        self.execute(
-            "UPDATE jobs SET status = 'error', lease_owner = NULL, lease_until_ms = NULL, \
-             updated_at_ms = $2 WHERE id = $1 AND lease_owner = $3",
+        self.query(
+            "WITH written AS (UPDATE jobs SET status = 'error', lease_owner = NULL, \
+             lease_until_ms = NULL, updated_at_ms = $2 WHERE id = $1 AND lease_owner = $3 \
+             RETURNING id, status) SELECT pg_notify('maestro_jobs', status || ' ' || id) \
+             FROM written",
             &[&id, &at, &owner],
         )
         .map(drop)
@@ -327,13 +335,15 @@ impl Rows for PgRows<'_, '_> {
     }
 
     fn expire(&mut self, at: i64, expired: &str) -> Result<usize, StoreError> {
-        self.execute(
-            "UPDATE jobs SET status = 'pending', pending_resume = $2, updated_at_ms = $1, \
-             wait_expires_at_ms = NULL \
+        self.query(
+            "WITH written AS (UPDATE jobs SET status = 'pending', pending_resume = $2, \
+             updated_at_ms = $1, wait_expires_at_ms = NULL \
              WHERE wait_expires_at_ms <= $1 AND pending_resume IS NULL \
-             AND status IN ('waiting_human', 'waiting_subtasks')",
+             AND status IN ('waiting_human', 'waiting_subtasks') RETURNING id, status) \
+             SELECT pg_notify('maestro_jobs', status || ' ' || id) FROM written",
             &[&at, &expired],
         )
+        .map(|written| written.len())
     }
 
     fn last_batch(&mut self, id: &str) -> Result<(i64, i64), StoreError> {

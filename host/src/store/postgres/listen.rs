@@ -1,0 +1,152 @@
+//! Hearing of other nodes' changes: a thread with a connection of its own that `LISTEN`s on the
+//! channel every change notifies (see `rows.rs`: each write of a job's status sends
+//! `"<status> <id>"`, delivered at its commit).
+//!
+//! Invariant: a notification is only a hint to look again; every decision is taken on the rows.
+//! When the connection breaks, the thread says [`JobChange::Missed`] once it is back, since
+//! notifications sent meanwhile are lost, and connects again with a growing pause.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Config, NoTls};
+use tokio::sync::broadcast;
+
+use super::rows::describe;
+use crate::engine::JobStatus;
+use crate::store::JobChange;
+
+/// The channel of job changes.
+pub(super) const CHANNEL: &str = "maestro_jobs";
+
+/// How often the thread looks whether its store was dropped.
+const STOP_CHECK: Duration = Duration::from_millis(250);
+
+/// The longest pause between two attempts to connect.
+const MAX_PAUSE: Duration = Duration::from_secs(5);
+
+/// The listening thread; it stops soon after this is dropped.
+pub(super) struct Listener {
+    changes: broadcast::Sender<JobChange>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Listener {
+    /// Starts listening; returns once the first attempt to `LISTEN` succeeded or failed, so a
+    /// change committed after this returns is heard.
+    pub fn start(config: Config, label: Arc<str>) -> Self {
+        let (changes, _) = broadcast::channel(4096);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sender, stopped) = (changes.clone(), stop.clone());
+        let (tried, first_try) = std::sync::mpsc::channel();
+        let started = std::thread::Builder::new()
+            .name("maestro-pg-listen".into())
+            .spawn(move || listen(&config, &label, &sender, &stopped, tried));
+        match started {
+            Ok(_) => {
+                let _ = first_try.recv();
+            }
+            Err(error) => {
+                tracing::warn!("cannot start the thread that hears other nodes' changes: {error}")
+            }
+        }
+        Self { changes, stop }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<JobChange> {
+        self.changes.subscribe()
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn listen(
+    config: &Config,
+    label: &str,
+    changes: &broadcast::Sender<JobChange>,
+    stop: &AtomicBool,
+    tried: std::sync::mpsc::Sender<()>,
+) {
+    let mut pause = Duration::from_millis(100);
+    let mut connected_before = false;
+    while !stop.load(Ordering::Relaxed) {
+        let listening = config.connect(NoTls).and_then(|mut client| {
+            client
+                .batch_execute(&format!("LISTEN {CHANNEL}"))
+                .map(|()| client)
+        });
+        let _ = tried.send(());
+        let mut client = match listening {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::warn!(
+                    "store {label}: cannot listen for other nodes' changes ({}); trying again in \
+                     {} ms",
+                    describe(&error),
+                    pause.as_millis()
+                );
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(MAX_PAUSE);
+                continue;
+            }
+        };
+        pause = Duration::from_millis(100);
+        if connected_before {
+            let _ = changes.send(JobChange::Missed);
+        }
+        connected_before = true;
+        while !stop.load(Ordering::Relaxed) {
+            let next = client.notifications().timeout_iter(STOP_CHECK).next();
+            match next {
+                Ok(Some(notification)) => {
+                    if let Some(change) = parse(notification.payload()) {
+                        let _ = changes.send(change);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        "store {label}: stopped hearing other nodes' changes ({}); connecting \
+                         again",
+                        describe(&error)
+                    );
+                    break;
+                }
+                Ok(None) if client.is_closed() => break,
+                Ok(None) => {}
+            }
+        }
+    }
+}
+
+/// `"<status> <id>"`, as the statements send it.
+fn parse(payload: &str) -> Option<JobChange> {
+    let (status, job) = payload.split_once(' ')?;
+    Some(JobChange::Saved {
+        job: job.to_owned(),
+        status: JobStatus::parse(status)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notification_names_the_status_then_the_job() {
+        assert_eq!(
+            parse("pending job-01ab"),
+            Some(JobChange::Saved {
+                job: "job-01ab".into(),
+                status: JobStatus::Pending
+            })
+        );
+        assert_eq!(parse("nonsense"), None);
+        assert_eq!(parse("flying job-1"), None);
+    }
+}
