@@ -8,11 +8,9 @@ mod serve_support;
 
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
-use futures_util::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
-use serve_support::{APPROVAL_SCRIPT, ServerFolder, TestServer, approval_piece};
+use serve_support::{APPROVAL_SCRIPT, ServerFolder, TestServer, approval_piece, read_events};
 
 fn approval_server() -> TestServer {
     TestServer::start(ServerFolder::new(
@@ -21,26 +19,6 @@ fn approval_server() -> TestServer {
         &[maestro_plugins::COMPLETE, maestro_plugins::REQUEST_TOOL],
         true,
     ))
-}
-
-/// Reads `(id, event name, data)` from an SSE response until `stop` says so.
-async fn read_events(
-    response: reqwest::Response,
-    stop: impl Fn(&str, &Value) -> bool,
-) -> Vec<(String, String, Value)> {
-    let mut stream = response.bytes_stream().eventsource();
-    let mut seen = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while let Ok(Some(event)) = tokio::time::timeout_at(deadline, stream.next()).await {
-        let event = event.expect("a well-formed event");
-        let data: Value = serde_json::from_str(&event.data).expect("JSON data");
-        let done = stop(&event.event, &data);
-        seen.push((event.id, event.event, data));
-        if done {
-            return seen;
-        }
-    }
-    panic!("the stream ended before the expected event; got {seen:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

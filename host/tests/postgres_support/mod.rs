@@ -21,11 +21,13 @@ pub fn database() -> Option<TestDatabase> {
         return None;
     };
     let name = format!("maestro_test_{}", uuid::Uuid::now_v7().simple());
-    let mut client = postgres::Client::connect(&admin, postgres::NoTls)
-        .unwrap_or_else(|e| panic!("MAESTRO_TEST_POSTGRES={admin} does not answer: {e}"));
-    client
-        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
-        .unwrap();
+    on_a_thread_of_its_own(|| {
+        let mut client = postgres::Client::connect(&admin, postgres::NoTls)
+            .unwrap_or_else(|e| panic!("MAESTRO_TEST_POSTGRES={admin} does not answer: {e}"));
+        client
+            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .unwrap();
+    });
     let server = admin
         .rsplit_once('/')
         .map_or(admin.as_str(), |(server, _)| server);
@@ -38,8 +40,21 @@ pub fn database() -> Option<TestDatabase> {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        if let Ok(mut client) = postgres::Client::connect(&self.admin, postgres::NoTls) {
-            let _ = client.batch_execute(&format!("DROP DATABASE \"{}\" WITH (FORCE)", self.name));
-        }
+        on_a_thread_of_its_own(|| {
+            if let Ok(mut client) = postgres::Client::connect(&self.admin, postgres::NoTls) {
+                let _ =
+                    client.batch_execute(&format!("DROP DATABASE \"{}\" WITH (FORCE)", self.name));
+            }
+        });
     }
+}
+
+/// Runs `work` on a thread of its own: the synchronous client starts a runtime, which it
+/// cannot do on a thread of an async test.
+fn on_a_thread_of_its_own(work: impl FnOnce() + Send) {
+    std::thread::scope(|scope| {
+        if let Err(panic) = scope.spawn(work).join() {
+            std::panic::resume_unwind(panic);
+        }
+    });
 }

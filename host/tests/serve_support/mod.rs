@@ -13,6 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 pub const TOKEN: &str = "test-token-0123456789abcdef";
@@ -82,6 +84,16 @@ impl ServerFolder {
         let config = self.path("maestro.toml");
         let text = std::fs::read_to_string(&config).unwrap();
         std::fs::write(&config, format!("policy = \"policy.toml\"\n{text}")).unwrap();
+        self
+    }
+
+    /// The folder with `address` as its store (a PostgreSQL URL), and its plugin archive in it.
+    pub fn with_store(self, address: &str) -> Self {
+        let config = self.path("maestro.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        let text = text.replace("store = \"jobs.db\"", &format!("store = {address:?}"));
+        // `[server]` is the last table: the archive joins it.
+        std::fs::write(&config, format!("{text}archive = \"plugin-versions\"\n")).unwrap();
         self
     }
 
@@ -271,4 +283,24 @@ pub fn approval_piece() -> (&'static str, &'static str) {
         "approval.yaml",
         include_str!("../../../pieces/approval.yaml"),
     )
+}
+
+/// Reads `(id, event name, data)` from an SSE response until `stop` says so.
+pub async fn read_events(
+    response: reqwest::Response,
+    stop: impl Fn(&str, &Value) -> bool,
+) -> Vec<(String, String, Value)> {
+    let mut stream = response.bytes_stream().eventsource();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while let Ok(Some(event)) = tokio::time::timeout_at(deadline, stream.next()).await {
+        let event = event.expect("a well-formed event");
+        let data: Value = serde_json::from_str(&event.data).expect("JSON data");
+        let done = stop(&event.event, &data);
+        seen.push((event.id, event.event, data));
+        if done {
+            return seen;
+        }
+    }
+    panic!("the stream ended before the expected event; got {seen:?}");
 }
