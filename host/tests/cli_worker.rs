@@ -13,7 +13,7 @@ mod common;
 mod postgres_support;
 mod worker_support;
 
-use worker_support::{Workspace, finish, interrupt, wait_until};
+use worker_support::{Workspace, assert_each_step_once_in_order, finish, interrupt, wait_until};
 
 #[test]
 fn subtasks_run_as_jobs_and_the_parent_resumes_at_default_next_with_their_results() {
@@ -93,53 +93,6 @@ impl Delays {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0 % below
-    }
-}
-
-fn assert_each_step_once_in_order(id: &str, events: &[maestro::store::StoredEvent]) {
-    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{id}");
-    let log: Vec<&JobEvent> = events.iter().map(|e| &e.event).collect();
-    assert!(
-        matches!(log.first(), Some(JobEvent::Started { .. })),
-        "{id}: {log:?}"
-    );
-    assert!(
-        matches!(
-            log.last(),
-            Some(JobEvent::Finished {
-                status: JobStatus::Completed,
-                ..
-            })
-        ),
-        "{id}: {log:?}"
-    );
-    let count = |what: fn(&JobEvent) -> bool| log.iter().filter(|e| what(e)).count();
-    assert_eq!(
-        count(|e| matches!(e, JobEvent::Started { .. })),
-        1,
-        "{id}: {log:?}"
-    );
-    assert_eq!(
-        count(|e| matches!(e, JobEvent::Finished { .. })),
-        1,
-        "{id}: {log:?}"
-    );
-    // Every call is answered once, right after it, and no call is made twice.
-    let mut calls = std::collections::BTreeSet::new();
-    for (index, event) in log.iter().enumerate() {
-        if let JobEvent::ToolCalled { call_id, tool, .. } = event {
-            assert!(
-                calls.insert(call_id.clone()),
-                "{id}: {call_id} twice: {log:?}"
-            );
-            if tool != "complete" {
-                assert!(
-                    matches!(log.get(index + 1), Some(JobEvent::ToolAnswered { call_id: answered, .. }) if answered == call_id),
-                    "{id}: {call_id} unanswered: {log:?}"
-                );
-            }
-        }
     }
 }
 

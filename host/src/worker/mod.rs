@@ -8,6 +8,7 @@
 //! the log holds each step once. A job's end releases its waiting parent in the same
 //! transaction (see `store`).
 
+mod outage;
 mod spawner;
 
 use std::sync::{Arc, Mutex};
@@ -65,6 +66,8 @@ pub struct Worker {
     fallback_poll: Duration,
     observer: Option<Arc<dyn Observer>>,
     stats: Mutex<WorkerStats>,
+    /// Whether the store fails, as every runner of this worker sees it.
+    outage: outage::Outage,
 }
 
 /// How often idle runners look for work when the store tells them of other processes' changes:
@@ -92,6 +95,7 @@ impl Worker {
             fallback_poll,
             observer: None,
             stats: Mutex::new(WorkerStats::default()),
+            outage: outage::Outage::default(),
         }
     }
 
@@ -144,17 +148,24 @@ impl Worker {
             if stop.is_cancelled() {
                 return;
             }
-            match self
+            let claimed = self
                 .store
                 .claim_next_async(&owner, self.config.lease.as_millis() as i64)
-                .await
-            {
+                .await;
+            if let Some(pause) = self.outage.check("cannot claim a job", &claimed) {
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            match claimed {
                 Ok(claimed @ Some(_)) => next = claimed,
                 Ok(None) => {
-                    match self.store.expire_waits().await {
-                        Ok(0) => {}
-                        Ok(_) => continue,
-                        Err(error) => tracing::error!("cannot expire waits: {error}"),
+                    let expired = self.store.expire_waits().await;
+                    if let Some(pause) = self.outage.check("cannot expire waits", &expired) {
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                    if expired.is_ok_and(|expired| expired > 0) {
+                        continue;
                     }
                     if until_idle && self.store.active_jobs().is_ok_and(|active| active == 0) {
                         // Wake the other runners so they see it too.
@@ -169,6 +180,32 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// `saved`, or, when it failed because the store did (a database restarting, a full disk),
+    /// the save tried again with growing pauses for half a lease: a short outage then costs no
+    /// work. A retry cannot save twice: a save that did commit, but whose answer was lost, took
+    /// the job out of this runner's hands (it ended, parked or was let go), so its retry is
+    /// refused; a job saved still running is not retried, as its lease would let it through.
+    /// Past half a lease the job is left to whichever runner takes it up from its last save.
+    async fn save_through_outage(
+        &self,
+        ran: &Ran,
+        owner: &str,
+        mut saved: Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        if ran.state.status == JobStatus::Running {
+            return saved;
+        }
+        let give_up = tokio::time::Instant::now() + self.config.lease / 2;
+        while let Some(pause) = self.outage.check("cannot save a job", &saved) {
+            if tokio::time::Instant::now() + pause >= give_up {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            saved = self.store.save_async(&ran.state, &ran.events, owner).await;
+        }
+        saved
     }
 
     async fn idle(&self) {
@@ -198,6 +235,7 @@ impl Worker {
             .await;
         let (done, next) = if stop.is_cancelled() {
             let saved = self.store.save_async(&ran.state, &ran.events, owner).await;
+            let saved = self.save_through_outage(&ran, owner, saved).await;
             (ran.saved(saved), None)
         } else {
             let lease_ms = self.config.lease.as_millis() as i64;
@@ -213,7 +251,8 @@ impl Worker {
                 tracing::error!("cannot claim a job: {error}");
                 None
             });
-            (ran.saved(handoff.saved), next)
+            let saved = self.save_through_outage(&ran, owner, handoff.saved).await;
+            (ran.saved(saved), next)
         };
         if done.saved.is_ok()
             && let Some(observer) = &self.observer

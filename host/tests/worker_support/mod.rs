@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
+use maestro::engine::{JobEvent, JobStatus};
 use maestro::store::{JobStore, StoreAddress};
 
 use crate::common;
@@ -259,5 +260,54 @@ pub fn finish(child: Child, deadline: Duration) -> Output {
             );
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The log of a job that completed: numbered 1, 2, … with no gap, one start and one end, and
+/// every tool call made once and answered right after it.
+pub fn assert_each_step_once_in_order(id: &str, events: &[maestro::store::StoredEvent]) {
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "{id}");
+    let log: Vec<&JobEvent> = events.iter().map(|e| &e.event).collect();
+    assert!(
+        matches!(log.first(), Some(JobEvent::Started { .. })),
+        "{id}: {log:?}"
+    );
+    assert!(
+        matches!(
+            log.last(),
+            Some(JobEvent::Finished {
+                status: JobStatus::Completed,
+                ..
+            })
+        ),
+        "{id}: {log:?}"
+    );
+    let count = |what: fn(&JobEvent) -> bool| log.iter().filter(|e| what(e)).count();
+    assert_eq!(
+        count(|e| matches!(e, JobEvent::Started { .. })),
+        1,
+        "{id}: {log:?}"
+    );
+    assert_eq!(
+        count(|e| matches!(e, JobEvent::Finished { .. })),
+        1,
+        "{id}: {log:?}"
+    );
+    // Every call is answered once, right after it, and no call is made twice.
+    let mut calls = std::collections::BTreeSet::new();
+    for (index, event) in log.iter().enumerate() {
+        if let JobEvent::ToolCalled { call_id, tool, .. } = event {
+            assert!(
+                calls.insert(call_id.clone()),
+                "{id}: {call_id} twice: {log:?}"
+            );
+            if tool != "complete" {
+                assert!(
+                    matches!(log.get(index + 1), Some(JobEvent::ToolAnswered { call_id: answered, .. }) if answered == call_id),
+                    "{id}: {call_id} unanswered: {log:?}"
+                );
+            }
+        }
     }
 }

@@ -51,19 +51,32 @@ type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 /// Parameters that travel to a pool thread with their read.
 type OwnedParams = Vec<Box<dyn ToSql + Send + Sync>>;
 
-/// Runs a read of committed rows on `connection`.
+/// Runs a read of committed rows on `connection`; once more on a new connection when this one
+/// broke while it waited in the pool (a read changes nothing, so it can run twice).
 fn read(
     connection: &mut Connection,
     sql: &'static str,
     params: Params<'_>,
 ) -> Result<Vec<postgres::Row>, StoreError> {
-    let result = {
-        let (client, statements) = connection.client()?;
-        statements
-            .get(client, sql)
-            .and_then(|statement| client.query(&statement, params))
-    };
-    result.map_err(|e| connection.failed(&e))
+    let mut again = true;
+    loop {
+        let result = {
+            let (client, statements) = connection.client()?;
+            statements
+                .get(client, sql)
+                .and_then(|statement| client.query(&statement, params))
+        };
+        match result {
+            Ok(rows) => return Ok(rows),
+            Err(error) => {
+                let failed = connection.failed(&error);
+                if !(again && connection.is_broken()) {
+                    return Err(failed);
+                }
+                again = false;
+            }
+        }
+    }
 }
 
 /// A job's row and log, read from one snapshot: a save or a prune committed between two reads

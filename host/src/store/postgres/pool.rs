@@ -64,10 +64,21 @@ impl Connection {
         Ok((client, statements))
     }
 
+    /// Whether the last failure closed the connection, so the next piece of work makes a new
+    /// one.
+    pub fn is_broken(&self) -> bool {
+        self.client.is_none()
+    }
+
     /// A failure of `error` kind on this connection: if it broke the connection, the next
     /// piece of work connects again.
     pub fn failed(&mut self, error: &postgres::Error) -> StoreError {
-        if error.is_closed() {
+        if error.is_closed()
+            || self
+                .client
+                .as_ref()
+                .is_some_and(|(client, _)| client.is_closed())
+        {
             self.client = None;
         }
         self.error(describe(error))
@@ -86,6 +97,15 @@ impl Connection {
             match attempt_change(client, statements, &label, body, may_retry) {
                 Attempt::Done(result) => return result,
                 Attempt::Failed(error) => return Err(self.failed(&error)),
+                Attempt::NotBegun(error) => {
+                    // The connection broke while it waited in the pool (a server restart
+                    // ends every connection): nothing of the change reached the server, so it
+                    // runs on a new connection.
+                    let error = self.failed(&error);
+                    if !may_retry {
+                        return Err(error);
+                    }
+                }
                 Attempt::RolledBack => {
                     std::thread::sleep(Duration::from_millis(1 << attempt.min(6)));
                 }
@@ -101,6 +121,9 @@ enum Attempt<T> {
     Done(Result<T, StoreError>),
     /// The database failed.
     Failed(postgres::Error),
+    /// The transaction could not begin (the connection broke): nothing of it reached the
+    /// server.
+    NotBegun(postgres::Error),
     /// Rolled back for a deadlock or a serialization failure: run it again.
     RolledBack,
 }
@@ -114,7 +137,7 @@ fn attempt_change<T>(
 ) -> Attempt<T> {
     let mut tx = match client.transaction() {
         Ok(tx) => tx,
-        Err(error) => return Attempt::Failed(error),
+        Err(error) => return Attempt::NotBegun(error),
     };
     let mut rows = PgRows {
         tx: &mut tx,
