@@ -95,6 +95,14 @@ impl Fixture {
         }
     }
 
+    /// The URL of a PostgreSQL fixture's database.
+    pub(crate) fn postgres_url(&self) -> Option<&str> {
+        match &self.database {
+            Database::Postgres { url, .. } => Some(url),
+            Database::Sqlite { .. } => None,
+        }
+    }
+
     /// Overwrites the stored state of `id` with text that is not a state.
     pub(crate) fn break_state(&self, id: &str) {
         match &self.database {
@@ -959,5 +967,28 @@ fn postgres_tells_every_node_of_each_change_as_it_commits() {
     assert!(
         Fixture::sqlite().store().changes().is_none(),
         "a SQLite store does not claim to hear other processes"
+    );
+}
+
+/// Leases are written by one node and checked by another: on the database server's clock, so a
+/// node whose own clock runs ten minutes ahead still sees another node's lease as live.
+#[test]
+fn postgres_a_node_whose_clock_runs_ahead_takes_no_live_lease() {
+    let Some(fixture) = Fixture::postgres() else {
+        return;
+    };
+    let store = fixture.store();
+    store.create(&job("j1")).unwrap();
+    store.claim("j1", "on-time", 60_000).unwrap().unwrap();
+    let ahead = PostgresStore::open(fixture.postgres_url().unwrap()).unwrap();
+    ahead.skew_local_clock(10 * 60_000).unwrap();
+    assert!(ahead.claim_next("ahead", 60_000).unwrap().is_none());
+    assert!(ahead.claim("j1", "ahead", 60_000).unwrap().is_none());
+    // A lease that did end on the server's clock is taken.
+    store.create(&job("j2")).unwrap();
+    store.claim("j2", "dead", -1).unwrap().unwrap();
+    assert_eq!(
+        ahead.claim_next("ahead", 60_000).unwrap().unwrap().state.id,
+        "j2"
     );
 }

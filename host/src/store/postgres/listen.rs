@@ -4,7 +4,8 @@
 //!
 //! Invariant: a notification is only a hint to look again; every decision is taken on the rows.
 //! When the connection breaks, the thread says [`JobChange::Missed`] once it is back, since
-//! notifications sent meanwhile are lost, and connects again with a growing pause.
+//! notifications sent meanwhile are lost, and connects again with a growing pause. It also
+//! measures this node's clock against the server's again every minute (`clock.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +15,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Config, NoTls};
 use tokio::sync::broadcast;
 
+use super::clock::{DbClock, REMEASURE, SERVER_NOW};
 use super::rows::describe;
 use crate::engine::JobStatus;
 use crate::store::JobChange;
@@ -36,14 +38,14 @@ pub(super) struct Listener {
 impl Listener {
     /// Starts listening; returns once the first attempt to `LISTEN` succeeded or failed, so a
     /// change committed after this returns is heard.
-    pub fn start(config: Config, label: Arc<str>) -> Self {
+    pub fn start(config: Config, label: Arc<str>, clock: Arc<DbClock>) -> Self {
         let (changes, _) = broadcast::channel(4096);
         let stop = Arc::new(AtomicBool::new(false));
         let (sender, stopped) = (changes.clone(), stop.clone());
         let (tried, first_try) = std::sync::mpsc::channel();
         let started = std::thread::Builder::new()
             .name("maestro-pg-listen".into())
-            .spawn(move || listen(&config, &label, &sender, &stopped, tried));
+            .spawn(move || listen(&config, &label, &clock, &sender, &stopped, tried));
         match started {
             Ok(_) => {
                 let _ = first_try.recv();
@@ -69,6 +71,7 @@ impl Drop for Listener {
 fn listen(
     config: &Config,
     label: &str,
+    clock: &DbClock,
     changes: &broadcast::Sender<JobChange>,
     stop: &AtomicBool,
     tried: std::sync::mpsc::Sender<()>,
@@ -101,7 +104,22 @@ fn listen(
             let _ = changes.send(JobChange::Missed);
         }
         connected_before = true;
+        let mut measured = std::time::Instant::now();
         while !stop.load(Ordering::Relaxed) {
+            if measured.elapsed() >= REMEASURE {
+                measured = std::time::Instant::now();
+                let remeasured = clock.measure(|| {
+                    client
+                        .query_one(SERVER_NOW, &[])
+                        .and_then(|row| row.try_get::<_, i64>(0))
+                });
+                if let Err(error) = remeasured {
+                    tracing::warn!(
+                        "store {label}: cannot read the server's clock ({})",
+                        describe(&error)
+                    );
+                }
+            }
             let next = client.notifications().timeout_iter(STOP_CHECK).next();
             match next {
                 Ok(Some(notification)) => {

@@ -8,6 +8,7 @@
 //! are read from one snapshot. Every write of a job's status notifies the other nodes
 //! (`listen.rs`), which look again at once instead of at their next poll.
 
+mod clock;
 mod listen;
 mod pool;
 mod rows;
@@ -18,11 +19,13 @@ use std::sync::Arc;
 use postgres::IsolationLevel;
 use postgres::types::ToSql;
 
+use self::clock::{DbClock, SERVER_NOW};
 use self::listen::Listener;
 use self::pool::{Connection, Pool};
 use self::rows::{JOB, MESSAGE_BATCHES, PgRows, column, message_batches, row_text};
 use super::record::{JobRow, SaveRecord, StoredText, numbered_events};
-use super::rules::{self, ClaimedRow, now_ms, unreadable_is_none};
+use super::rules::now_ms as rules_now_ms;
+use super::rules::{self, ClaimedRow, unreadable_is_none};
 use super::tree::{self, CancelOutcome};
 use super::{
     ClaimedJob, Handoff, JobChange, JobStore, JobSummary, Schema, StoreError, StoreFuture,
@@ -111,9 +114,30 @@ struct Shared {
     pool: Pool,
     /// The database as errors name it: its URL without a password.
     label: Arc<str>,
+    clock: Arc<DbClock>,
 }
 
 impl Shared {
+    /// Now, on the database server's clock: the time every change writes and compares.
+    fn now(&self) -> i64 {
+        self.clock.now()
+    }
+
+    /// Measures this node's clock against the server's.
+    fn measure_clock(&self) -> Result<(), StoreError> {
+        let clock = self.clock.clone();
+        self.run(move |connection| {
+            clock.measure(|| {
+                let rows = read(connection, SERVER_NOW, &[])?;
+                let row = rows.first().ok_or_else(|| StoreError::Database {
+                    path: connection.label.to_string(),
+                    message: "the server did not say its time".into(),
+                })?;
+                column::<i64>(row, 0, &connection.label)
+            })
+        })
+    }
+
     fn error(&self, message: impl std::fmt::Display) -> StoreError {
         StoreError::Database {
             path: self.label.to_string(),
@@ -206,7 +230,7 @@ impl Shared {
         match row.parse(|id, e| self.corrupt(id, e)) {
             Ok(job) => Ok(Some(job)),
             Err(error) => {
-                let (id, owner, at, why) = (row.id, row.owner, now_ms(), error.clone());
+                let (id, owner, at, why) = (row.id, row.owner, self.now(), error.clone());
                 self.change_async(move |rows| rules::set_aside(rows, &id, &owner, at, &why))
                     .await?;
                 Err(error)
@@ -272,11 +296,16 @@ impl PostgresStore {
         config.application_name("maestro");
         let label: Arc<str> = label_of(&config).into();
         let pool = Pool::start(&config, &label, CONNECTIONS)?;
-        let shared = Shared { pool, label };
+        let shared = Shared {
+            pool,
+            label,
+            clock: Arc::default(),
+        };
         // On a pool thread: the client blocks on a runtime of its own, which cannot start
         // inside the caller's.
         let schema = shared.run(schema::migrate)?;
-        let listener = Listener::start(config, shared.label.clone());
+        shared.measure_clock()?;
+        let listener = Listener::start(config, shared.label.clone(), shared.clock.clone());
         Ok(Self {
             shared,
             schema,
@@ -287,6 +316,14 @@ impl PostgresStore {
     /// Which schema version the database had when opened, and which it has now.
     pub fn schema(&self) -> Schema {
         self.schema
+    }
+
+    /// Sets this node's clock `by_ms` wrong, as a node without time synchronisation would be,
+    /// and measures it against the server again.
+    #[cfg(test)]
+    pub(crate) fn skew_local_clock(&self, by_ms: i64) -> Result<(), StoreError> {
+        self.shared.clock.skew_local_clock(by_ms);
+        self.shared.measure_clock()
     }
 
     /// The database, named without its password.
@@ -305,8 +342,12 @@ impl PostgresStore {
         row.parse(|id, e| self.shared.corrupt(id, e))
             .map(Some)
             .or_else(|error| {
-                let (id, owner, at, why) =
-                    (row.id.clone(), row.owner.clone(), now_ms(), error.clone());
+                let (id, owner, at, why) = (
+                    row.id.clone(),
+                    row.owner.clone(),
+                    self.shared.now(),
+                    error.clone(),
+                );
                 self.shared
                     .change(move |rows| rules::set_aside(rows, &id, &owner, at, &why))?;
                 Err(error)
@@ -317,7 +358,7 @@ impl PostgresStore {
 impl JobStore for PostgresStore {
     fn create(&self, job: &JobState) -> Result<(), StoreError> {
         let row = JobRow::with_conversation(job).map_err(|e| self.shared.error(e))?;
-        let at = now_ms();
+        let at = self.shared.now();
         self.shared
             .change(move |rows| rules::create(rows, &row, at))
     }
@@ -327,7 +368,7 @@ impl JobStore for PostgresStore {
             Ok(row) => row,
             Err(error) => return super::ready(Err(self.shared.error(error))),
         };
-        let at = now_ms();
+        let at = self.shared.now();
         self.shared
             .change_async(move |rows| rules::create(rows, &row, at))
     }
@@ -349,13 +390,13 @@ impl JobStore for PostgresStore {
     }
 
     fn answer(&self, id: &str, answer: &Answer, wait: Option<u32>) -> Result<(), StoreError> {
-        let (id, answer, at) = (id.to_owned(), answer.clone(), now_ms());
+        let (id, answer, at) = (id.to_owned(), answer.clone(), self.shared.now());
         self.shared
             .change(move |rows| rules::answer(rows, &id, &answer, wait, at))
     }
 
     fn answer_async(&self, id: &str, answer: &Answer, wait: Option<u32>) -> StoreFuture<()> {
-        let (id, answer, at) = (id.to_owned(), answer.clone(), now_ms());
+        let (id, answer, at) = (id.to_owned(), answer.clone(), self.shared.now());
         self.shared
             .change_async(move |rows| rules::answer(rows, &id, &answer, wait, at))
     }
@@ -366,7 +407,7 @@ impl JobStore for PostgresStore {
         owner: &str,
         lease_ms: i64,
     ) -> Result<Option<ClaimedJob>, StoreError> {
-        let (id, owner, at) = (id.to_owned(), owner.to_owned(), now_ms());
+        let (id, owner, at) = (id.to_owned(), owner.to_owned(), self.shared.now());
         let claimed = self
             .shared
             .change(move |rows| rules::claim(rows, &id, &owner, lease_ms, at))?;
@@ -374,7 +415,7 @@ impl JobStore for PostgresStore {
     }
 
     fn claim_next(&self, owner: &str, lease_ms: i64) -> Result<Option<ClaimedJob>, StoreError> {
-        let (owner, at) = (owner.to_owned(), now_ms());
+        let (owner, at) = (owner.to_owned(), self.shared.now());
         let claimed = self
             .shared
             .change(move |rows| rules::claim_next(rows, &owner, lease_ms, at))?;
@@ -382,7 +423,7 @@ impl JobStore for PostgresStore {
     }
 
     fn claim_next_async(&self, owner: &str, lease_ms: i64) -> StoreFuture<Option<ClaimedJob>> {
-        let (owner, at) = (owner.to_owned(), now_ms());
+        let (owner, at) = (owner.to_owned(), self.shared.now());
         let claimed = self
             .shared
             .change_async(move |rows| rules::claim_next(rows, &owner, lease_ms, at));
@@ -391,14 +432,14 @@ impl JobStore for PostgresStore {
     }
 
     fn renew(&self, id: &str, owner: &str, lease_ms: i64) -> StoreFuture<Option<String>> {
-        let (id, owner, at) = (id.to_owned(), owner.to_owned(), now_ms());
+        let (id, owner, at) = (id.to_owned(), owner.to_owned(), self.shared.now());
         self.shared
             .change_async(move |rows| rules::renew(rows, &id, &owner, at + lease_ms))
     }
 
     fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError> {
         let record = SaveRecord::of(job, events).map_err(|e| self.shared.error(e))?;
-        let (owner, at) = (owner.to_owned(), now_ms());
+        let (owner, at) = (owner.to_owned(), self.shared.now());
         self.shared
             .change(move |rows| rules::save(rows, &record, &owner, at))
     }
@@ -408,7 +449,7 @@ impl JobStore for PostgresStore {
             Ok(record) => record,
             Err(error) => return super::ready(Err(self.shared.error(error))),
         };
-        let (owner, at) = (owner.to_owned(), now_ms());
+        let (owner, at) = (owner.to_owned(), self.shared.now());
         self.shared
             .change_async(move |rows| rules::save(rows, &record, &owner, at))
     }
@@ -421,7 +462,7 @@ impl JobStore for PostgresStore {
         lease_ms: i64,
     ) -> StoreFuture<Handoff> {
         let prepared = SaveRecord::of(job, events).map_err(|e| self.shared.error(e));
-        let (owner, at) = (owner.to_owned(), now_ms());
+        let (owner, at) = (owner.to_owned(), self.shared.now());
         let handed = self.shared.change_async(move |rows| {
             Ok(rules::save_and_claim_next(
                 rows, &prepared, &owner, lease_ms, at,
@@ -439,13 +480,13 @@ impl JobStore for PostgresStore {
     }
 
     fn cancel(&self, id: &str, reason: &str) -> Result<CancelOutcome, StoreError> {
-        let (id, reason, at) = (id.to_owned(), reason.to_owned(), now_ms());
+        let (id, reason, at) = (id.to_owned(), reason.to_owned(), self.shared.now());
         self.shared
             .change(move |rows| tree::cancel_tree(rows, &id, &reason, at))
     }
 
     fn cancel_async(&self, id: &str, reason: &str) -> StoreFuture<CancelOutcome> {
-        let (id, reason, at) = (id.to_owned(), reason.to_owned(), now_ms());
+        let (id, reason, at) = (id.to_owned(), reason.to_owned(), self.shared.now());
         self.shared
             .change_async(move |rows| tree::cancel_tree(rows, &id, &reason, at))
     }
@@ -459,7 +500,7 @@ impl JobStore for PostgresStore {
     }
 
     fn expire_waits(&self) -> StoreFuture<usize> {
-        let at = now_ms();
+        let at = self.shared.now();
         self.shared
             .change_async(move |rows| rules::expire(rows, at))
     }
