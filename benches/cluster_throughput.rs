@@ -134,7 +134,7 @@ fn measure(
     rt: &tokio::runtime::Runtime,
     engine: &Arc<Engine>,
     stores: &[Arc<dyn JobStore>],
-    written: &(dyn Fn() -> u64),
+    written: &dyn Fn() -> u64,
 ) -> Round {
     for n in 0..JOBS {
         let job = engine
