@@ -332,7 +332,11 @@ fn pgbench_ceiling(admin: &str, engine: &Engine) -> f64 {
             .filter_map(|entry| entry.ok().map(|e| e.path().join("bin")))
             .collect();
         versions.sort();
-        versions.pop().expect("a PostgreSQL version").display().to_string()
+        versions
+            .pop()
+            .expect("a PostgreSQL version")
+            .display()
+            .to_string()
     });
     let mut rates = Vec::new();
     for _ in 0..ROUNDS {
