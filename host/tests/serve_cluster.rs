@@ -80,3 +80,114 @@ async fn two_nodes_share_jobs_answers_and_event_streams() {
         );
     }
 }
+
+/// `component` with a custom section appended: the same tool, another version (content hash).
+fn another_version_of(component: &str) -> Vec<u8> {
+    let mut bytes = std::fs::read(component).unwrap();
+    let (name, payload) = (b"maestro-test", b"another build");
+    let size = 1 + name.len() + payload.len();
+    bytes.extend([0, size as u8, name.len() as u8]);
+    bytes.extend(name);
+    bytes.extend(payload);
+    bytes
+}
+
+/// Two nodes serve RequestTool in two versions. The job parks on whichever node runs it, on
+/// that node's version, and that node goes away; the other node, which never loaded that
+/// version (it started before the park, so not even at its start), resumes the call on exactly
+/// that version, fetched from the shared store when it claims the job.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_parked_on_one_node_resumes_on_another_that_never_loaded_its_version() {
+    let Some(database) = postgres_support::database() else {
+        return;
+    };
+    let folder = || {
+        ServerFolder::new(
+            &[approval_piece()],
+            APPROVAL_SCRIPT,
+            &[maestro_plugins::COMPLETE, maestro_plugins::REQUEST_TOOL],
+            true,
+        )
+        .with_store(&database.url)
+    };
+    let second = folder();
+    let file = second.path("plugins").join("request_tool.wasm");
+    std::fs::write(&file, another_version_of(maestro_plugins::REQUEST_TOOL)).unwrap();
+    let mut nodes = vec![
+        Some(TestServer::start(folder())),
+        Some(TestServer::start(second)),
+    ];
+    let mut versions = Vec::new();
+    for node in nodes.iter().flatten() {
+        let serving = node.plugin("request_tool").await;
+        versions.push(serving["content_hash"].as_str().unwrap().to_owned());
+    }
+    assert_ne!(versions[0], versions[1]);
+
+    let starter = nodes[0].as_ref().unwrap();
+    let id = starter
+        .start_job("approval", "Rotate the staging API key")
+        .await;
+    let parked = starter
+        .wait_for(&id, "parked", |job| job["status"] == "waiting_human")
+        .await;
+    let wait = parked["wait"]["id"].as_u64().unwrap();
+    let store = maestro::store::StoreAddress::parse(&database.url)
+        .open()
+        .unwrap()
+        .0;
+    let pinned = store
+        .load(&id)
+        .unwrap()
+        .0
+        .parked_plugin()
+        .unwrap()
+        .content_hash
+        .clone();
+    let parked_on = versions
+        .iter()
+        .position(|v| *v == pinned)
+        .expect("a node's version");
+    drop(nodes[parked_on].take());
+    let other = nodes[1 - parked_on].take().unwrap();
+
+    let (status, body) = other
+        .post(&format!("/v1/jobs/{id}/approve"), json!({ "wait": wait }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let done = other.wait_for(&id, "ended", serve_support::has_ended).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", other.log());
+    // The parked call itself resumed and answered, on the other node.
+    let stream = other
+        .request(Method::GET, &format!("/v1/jobs/{id}/events"))
+        .send()
+        .await
+        .unwrap();
+    let events = read_events(stream, |name, _| name == "end").await;
+    let resumed = events
+        .iter()
+        .position(|(_, name, _)| name == "resumed")
+        .expect("the job resumed");
+    let answered = events[resumed..]
+        .iter()
+        .find(|(_, name, data)| name == "tool_answered" && data["tool"] == "RequestTool")
+        .unwrap_or_else(|| panic!("the parked RequestTool call was answered: {events:?}"));
+    assert_eq!(
+        answered.2["is_error"],
+        false,
+        "{answered:?}\n{}",
+        other.log()
+    );
+    // On exactly the pinned version, which came from the store into this node's archive; its
+    // own version still serves new calls.
+    let archived = other
+        .folder
+        .path("plugin-versions")
+        .join(format!("{pinned}.wasm"));
+    assert_eq!(
+        maestro::plugin::content_hash(&std::fs::read(&archived).unwrap()),
+        pinned
+    );
+    let serving = other.plugin("request_tool").await;
+    assert_eq!(serving["content_hash"], versions[1 - parked_on].as_str());
+}

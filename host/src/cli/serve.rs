@@ -129,12 +129,15 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
     let archive = setup.archive();
 
     let store = setup.open_store()?;
-    let plugins = Arc::new(PluginHost::new(
-        runtime.clone(),
-        plugin_dir.clone(),
-        archive,
-        setup.policy(&runtime)?,
-    ));
+    let plugins = Arc::new(
+        PluginHost::new(
+            runtime.clone(),
+            plugin_dir.clone(),
+            archive,
+            setup.policy(&runtime)?,
+        )
+        .sharing_versions_with(store.clone()),
+    );
     for (name, change) in plugins.sync_all().await {
         if let crate::serve::Change::Failed(message) = change {
             eprintln!("warning: plugin {name}: not loaded: {message}");

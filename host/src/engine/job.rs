@@ -223,6 +223,18 @@ pub struct JobState {
 }
 
 impl JobState {
+    /// The plugin version the call this job waits on is pinned to, if it waits on a call.
+    pub fn parked_plugin(&self) -> Option<&PinnedPlugin> {
+        match &self.wait.as_ref()?.resume {
+            ResumePoint::ParkedCall { plugin, .. } | ResumePoint::ApprovalGate { plugin, .. } => {
+                Some(plugin)
+            }
+            ResumePoint::EnterMovement
+            | ResumePoint::BurstGate { .. }
+            | ResumePoint::EnterPiece => None,
+        }
+    }
+
     /// A new job of `piece`, about to enter `initial_movement` with the user's input.
     pub fn new(id: String, piece: &str, initial_movement: &str, input: String) -> Self {
         Self {

@@ -105,7 +105,8 @@ pub async fn start(
 
     let worker = Arc::new(
         Worker::new(store.clone(), engine.clone(), settings.worker, wake.clone())
-            .with_observer(hub.clone()),
+            .with_observer(hub.clone())
+            .with_versions(plugins.clone()),
     );
     let stop = CancelFlag::default();
     let worker = {

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::engine::{CatalogSlot, ToolCatalog};
 use crate::plugin::{Plugin, Policy, Runtime, content_hash};
+use crate::store::JobStore;
 
 /// What a plugin of the folder is doing now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -102,6 +103,9 @@ pub struct PluginHost {
     entries: Mutex<BTreeMap<String, Entry>>,
     one_change_at_a_time: tokio::sync::Mutex<()>,
     listener: Mutex<Option<Listener>>,
+    /// The store whose nodes share the versions that calls park on (see
+    /// [`PluginHost::sharing_versions_with`]).
+    shared: Option<Arc<dyn JobStore>>,
 }
 
 impl PluginHost {
@@ -117,7 +121,17 @@ impl PluginHost {
             entries: Mutex::new(BTreeMap::new()),
             one_change_at_a_time: tokio::sync::Mutex::new(()),
             listener: Mutex::new(None),
+            shared: None,
         }
+    }
+
+    /// Also keeps every version that serves in `store`, and takes a version missing from the
+    /// archive from there: where the store is shared by many nodes, a call parked on one node
+    /// resumes on another that never loaded its version. The bytes are checked against the
+    /// pinned content hash before they run.
+    pub fn sharing_versions_with(mut self, store: Arc<dyn JobStore>) -> Self {
+        self.shared = Some(store);
+        self
     }
 
     /// The runtime its plugins run in.
@@ -232,24 +246,56 @@ impl PluginHost {
         if self.slot.current().pinned(content_hash).is_some() {
             return Ok(());
         }
-        let path = self.archive.join(format!("{content_hash}.wasm"));
-        let bytes = crate::plugin::read_component(&path)
-            .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+        let (bytes, from) = self.version_bytes(content_hash).await?;
         let plugin = self
             .runtime
             .load_owned(name, bytes, None, self.policy.for_plugin(name))
             .await
-            .map_err(|error| format!("{}: {error}", path.display()))?;
+            .map_err(|error| format!("{from}: {error}"))?;
         if plugin.content_hash() != content_hash {
-            return Err(format!(
-                "{} does not hold version {content_hash}",
-                path.display()
-            ));
+            return Err(format!("{from} does not hold version {content_hash}"));
         }
         let mut catalog = (*self.slot.current()).clone();
         catalog.add_pinned_version(Arc::new(plugin));
         self.slot.replace(Arc::new(catalog));
         Ok(())
+    }
+
+    /// The bytes of version `content_hash`, and where they came from: the archive, or else the
+    /// shared store (then also written to the archive, for the next time).
+    async fn version_bytes(&self, content_hash: &str) -> Result<(Vec<u8>, String), String> {
+        let path = self.archive.join(format!("{content_hash}.wasm"));
+        let missing = match crate::plugin::read_component(&path) {
+            Ok(bytes) => return Ok((bytes, path.display().to_string())),
+            Err(error) => format!("cannot read {}: {error}", path.display()),
+        };
+        let Some(store) = self.shared.clone() else {
+            return Err(missing);
+        };
+        let hash = content_hash.to_owned();
+        let fetched = tokio::task::spawn_blocking(move || store.component(&hash))
+            .await
+            .map_err(|error| error.to_string())?;
+        match fetched {
+            Ok(Some(bytes)) => {
+                let (archive, copy) = (self.archive.clone(), bytes.clone());
+                let kept = tokio::task::spawn_blocking(move || {
+                    std::fs::create_dir_all(&archive)
+                        .map_err(|error| error.to_string())
+                        .and_then(|()| write_atomically(&path, &copy))
+                })
+                .await;
+                if let Ok(Err(error)) | Err(error) = kept.map_err(|e| e.to_string()) {
+                    tracing::warn!(
+                        "version {} is not archived here: {error}",
+                        short(content_hash)
+                    );
+                }
+                Ok((bytes, format!("version {content_hash} from the store")))
+            }
+            Ok(None) => Err(format!("{missing}, and the store does not hold it either")),
+            Err(error) => Err(format!("{missing}, and the store cannot say: {error}")),
+        }
     }
 
     pub fn statuses(&self) -> Vec<PluginStatus> {
@@ -376,10 +422,11 @@ impl PluginHost {
         self.announce(&status);
         // After the swap, so the new version serves without waiting for the copy. Until it is
         // written, the plugin folder still holds the same bytes.
-        if let Err(error) = self.archive_version(&hash, bytes).await {
+        if let Err(error) = self.archive_version(name, &hash, bytes).await {
             tracing::warn!(
                 plugin = name,
-                "version {} serves but is not archived; a call it parks cannot resume after a                  restart that no longer finds it in the folder: {error}",
+                "version {} serves but is not archived; a call it parks cannot resume after a \
+                 restart that no longer finds it in the folder: {error}",
                 short(&hash)
             );
         }
@@ -449,10 +496,17 @@ impl PluginHost {
         Change::Failed(message)
     }
 
-    async fn archive_version(&self, hash: &str, bytes: Vec<u8>) -> Result<(), String> {
+    /// Keeps version `hash` of `name` in the archive and, where there is one, the shared store.
+    async fn archive_version(&self, name: &str, hash: &str, bytes: Vec<u8>) -> Result<(), String> {
         let archive = self.archive.clone();
         let path = archive.join(format!("{hash}.wasm"));
+        let (shared, name, hash) = (self.shared.clone(), name.to_owned(), hash.to_owned());
         tokio::task::spawn_blocking(move || {
+            if let Some(store) = shared {
+                store
+                    .keep_component(&hash, &name, &bytes)
+                    .map_err(|error| format!("not kept in the store: {error}"))?;
+            }
             if path.is_file() {
                 return Ok(());
             }
@@ -521,6 +575,17 @@ fn check_name(name: &str) -> Result<(), PluginRequestError> {
 
 /// Writes through a hidden temporary file and a rename, so a reader (the folder watcher, a
 /// restart) sees the old file or the new one, never a part.
+#[async_trait::async_trait]
+impl crate::worker::Versions for PluginHost {
+    async fn restore(&self, name: &str, content_hash: &str) -> Result<(), String> {
+        self.restore_version(name, content_hash)
+            .await
+            .map_err(|error| {
+                format!("plugin `{name}` version {content_hash} cannot resume here: {error}")
+            })
+    }
+}
+
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let file = path.file_name().unwrap_or_default().to_string_lossy();

@@ -222,6 +222,24 @@ pub trait JobStore: Send + Sync {
         None
     }
 
+    /// Keeps the bytes of plugin `name`'s version `content_hash` where every node can fetch
+    /// them, where the store is shared by many nodes; elsewhere (a SQLite file, whose nodes keep
+    /// versions in their own archive folder) it keeps nothing.
+    fn keep_component(
+        &self,
+        _content_hash: &str,
+        _name: &str,
+        _bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// The bytes [`JobStore::keep_component`] kept for `content_hash`, if any. The caller checks
+    /// them against the hash before it runs them.
+    fn component(&self, _content_hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(None)
+    }
+
     /// Deletes, with their events, up to `limit` job trees that ended before `before_ms` (Unix
     /// ms): top-level jobs that ended then, with every descendant ended too. A tree with any job
     /// still unfinished stays whole. Returns how many jobs were deleted.

@@ -16,7 +16,7 @@
 //! caller, off the thread that commits, which only runs SQL.
 
 use super::{ClaimedJob, StoredEvent};
-use crate::engine::{Answer, Conversation, JobEvent, JobState, JobStatus, ResumePoint};
+use crate::engine::{Answer, Conversation, JobEvent, JobState, JobStatus};
 use crate::llm::Message;
 
 /// A job's columns as a save writes them.
@@ -49,14 +49,9 @@ impl JobRow {
     }
 
     fn with_state(job: &JobState, state: String) -> Self {
-        let parked_plugin = job.wait.as_ref().and_then(|wait| match &wait.resume {
-            ResumePoint::ParkedCall { plugin, .. } | ResumePoint::ApprovalGate { plugin, .. } => {
-                Some(plugin.content_hash.clone())
-            }
-            ResumePoint::EnterMovement
-            | ResumePoint::BurstGate { .. }
-            | ResumePoint::EnterPiece => None,
-        });
+        let parked_plugin = job
+            .parked_plugin()
+            .map(|plugin| plugin.content_hash.clone());
         Self {
             id: job.id.clone(),
             piece: job.piece.clone(),

@@ -68,6 +68,15 @@ pub struct Worker {
     stats: Mutex<WorkerStats>,
     /// Whether the store fails, as every runner of this worker sees it.
     outage: outage::Outage,
+    versions: Option<Arc<dyn Versions>>,
+}
+
+/// Where a worker finds a plugin version that a claimed job's parked call is pinned to and its
+/// catalog lacks: another node parked the call, on a version this one never loaded.
+#[async_trait::async_trait]
+pub trait Versions: Send + Sync {
+    /// Makes version `content_hash` of plugin `name` resumable here, or says why it cannot be.
+    async fn restore(&self, name: &str, content_hash: &str) -> Result<(), String>;
 }
 
 /// How often idle runners look for work when the store tells them of other processes' changes:
@@ -96,7 +105,15 @@ impl Worker {
             observer: None,
             stats: Mutex::new(WorkerStats::default()),
             outage: outage::Outage::default(),
+            versions: None,
         }
+    }
+
+    /// Takes a version missing from the catalog from `versions` before it resumes a call pinned
+    /// to it.
+    pub fn with_versions(mut self, versions: Arc<dyn Versions>) -> Self {
+        self.versions = Some(versions);
+        self
     }
 
     /// Also shows every event to `observer` as it happens (a printer, a live stream).
@@ -223,6 +240,12 @@ impl Worker {
         claimed: ClaimedJob,
         stop: &CancelFlag,
     ) -> Option<ClaimedJob> {
+        if let (Some(versions), Some(pin)) = (&self.versions, claimed.state.parked_plugin())
+            && self.engine.catalog().pinned(&pin.content_hash).is_none()
+            && let Err(error) = versions.restore(&pin.name, &pin.content_hash).await
+        {
+            tracing::warn!(job = %claimed.state.id, "{error}");
+        }
         let run = JobRun {
             store: self.store.clone(),
             engine: &self.engine,

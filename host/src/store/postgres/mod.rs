@@ -565,6 +565,31 @@ impl JobStore for PostgresStore {
         numbered_events(batches, after).map_err(|e| self.shared.corrupt(id, e))
     }
 
+    fn keep_component(
+        &self,
+        content_hash: &str,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        let (hash, name, bytes, at) = (
+            content_hash.to_owned(),
+            name.to_owned(),
+            bytes.to_vec(),
+            self.shared.now(),
+        );
+        self.shared
+            .change(move |rows| rows.keep_component(&hash, &name, &bytes, at))
+    }
+
+    fn component(&self, content_hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let found = self.shared.query(
+            "SELECT bytes FROM components WHERE content_hash = $1",
+            vec![Box::new(content_hash.to_owned())],
+            |row, label| column::<Vec<u8>>(row, 0, label),
+        )?;
+        Ok(found.into_iter().next())
+    }
+
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<JobChange>> {
         Some(self.listener.subscribe())
     }

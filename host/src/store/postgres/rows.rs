@@ -164,6 +164,24 @@ pub(super) const JOB: &str =
 pub(super) const MESSAGE_BATCHES: &str = "SELECT messages_from, messages FROM saves \
      WHERE job_id = $1 AND messages IS NOT NULL ORDER BY batch";
 
+impl PgRows<'_, '_> {
+    /// Keeps a plugin version's bytes under their content hash; kept already, nothing changes.
+    pub fn keep_component(
+        &mut self,
+        content_hash: &str,
+        name: &str,
+        bytes: &[u8],
+        at: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO components (content_hash, name, bytes, added_at_ms) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (content_hash) DO NOTHING",
+            &[&content_hash, &name, &bytes, &at],
+        )
+        .map(drop)
+    }
+}
+
 impl Rows for PgRows<'_, '_> {
     fn db_error(&self, error: impl std::fmt::Display) -> StoreError {
         StoreError::Database {

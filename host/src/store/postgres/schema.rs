@@ -10,7 +10,8 @@ use crate::store::{Schema, StoreError};
 
 /// Schema versions, applied in order; the index + 1 is the version after each. The first is
 /// the layout of SQLite's schema 3 (see `record.rs`).
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE jobs (
     id                 TEXT PRIMARY KEY,
     piece              TEXT NOT NULL,
@@ -44,7 +45,18 @@ CREATE TABLE saves (
     messages      TEXT,
     PRIMARY KEY (job_id, batch)
 );
-"#];
+"#,
+    // The versions of plugins that calls parked on, by content hash, so that any node can
+    // resume a call that another node parked.
+    r#"
+CREATE TABLE components (
+    content_hash TEXT PRIMARY KEY,
+    name         TEXT NOT NULL,
+    bytes        BYTEA NOT NULL,
+    added_at_ms  BIGINT NOT NULL
+);
+"#,
+];
 
 /// Any number the nodes agree on: the advisory lock that migrations take.
 const MIGRATION_LOCK: i64 = 0x6d61_6573_7472_6f00;
