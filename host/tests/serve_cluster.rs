@@ -113,7 +113,7 @@ async fn a_call_parked_on_one_node_resumes_on_another_that_never_loaded_its_vers
     let second = folder();
     let file = second.path("plugins").join("request_tool.wasm");
     std::fs::write(&file, another_version_of(maestro_plugins::REQUEST_TOOL)).unwrap();
-    let mut nodes = vec![
+    let mut nodes = [
         Some(TestServer::start(folder())),
         Some(TestServer::start(second)),
     ];
