@@ -15,7 +15,7 @@ fn three_nodes_run_every_job_exactly_once_when_one_is_killed_mid_run() {
     let Some(database) = postgres_support::database() else {
         return;
     };
-    let mut cluster = Cluster::start(database);
+    let mut cluster = Cluster::start(database, false);
     cluster.wait_for_completed(JOBS / 3);
     cluster.kill(0);
     cluster.finish_and_check();

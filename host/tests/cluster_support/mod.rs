@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashSet;
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,12 +31,16 @@ pub struct Cluster {
     /// A job that parks and is never answered: no node may touch it.
     pub unanswered: String,
     answering: Arc<AtomicBool>,
+    /// Whether the second half of the jobs may be answered yet.
+    held: Arc<AtomicBool>,
     answerer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Cluster {
-    /// The jobs in the database, the nodes started and the answerer answering.
-    pub fn start(database: TestDatabase) -> Self {
+    /// The jobs in the database, the nodes started and the answerer answering; with
+    /// `hold_back_half`, the second half of the jobs park and wait until
+    /// [`Cluster::answer_the_rest`].
+    pub fn start(database: TestDatabase, hold_back_half: bool) -> Self {
         let workspace = Workspace::on_postgres(database);
         let store = workspace.store();
         let create = |input: &str| {
@@ -57,10 +62,13 @@ impl Cluster {
             })
             .collect();
         let answering = Arc::new(AtomicBool::new(true));
+        let held = Arc::new(AtomicBool::new(hold_back_half));
         let answerer = {
-            let (store, answering) = (store.clone(), answering.clone());
-            let answered: std::collections::HashSet<String> = jobs.iter().cloned().collect();
-            std::thread::spawn(move || answer_while(&*store, &answered, &answering))
+            let (store, answering, held) = (store.clone(), answering.clone(), held.clone());
+            let (first, second) = jobs.split_at(JOBS / 2);
+            let first: HashSet<String> = first.iter().cloned().collect();
+            let second: HashSet<String> = second.iter().cloned().collect();
+            std::thread::spawn(move || answer_while(&*store, &first, &second, &held, &answering))
         };
         Self {
             workspace,
@@ -69,8 +77,14 @@ impl Cluster {
             jobs,
             unanswered,
             answering,
+            held,
             answerer: Some(answerer),
         }
+    }
+
+    /// Lets the jobs held back be answered.
+    pub fn answer_the_rest(&self) {
+        self.held.store(false, Ordering::Relaxed);
     }
 
     /// Jobs completed so far; `None` while the store does not answer.
@@ -153,18 +167,23 @@ impl Cluster {
     }
 }
 
-/// Answers every job of `answered` that waits, until told to stop; a store that does not
-/// answer is asked again.
+/// Answers every job of `first` that waits, and of `second` once `held` is off, until told to
+/// stop; a store that does not answer is asked again.
 fn answer_while(
     store: &dyn JobStore,
-    answered: &std::collections::HashSet<String>,
+    first: &HashSet<String>,
+    second: &HashSet<String>,
+    held: &AtomicBool,
     answering: &AtomicBool,
 ) {
     while answering.load(Ordering::Relaxed) {
         let waiting = store
             .list(Some(JobStatus::WaitingHuman), JOBS + 1)
             .unwrap_or_default();
-        for job in waiting.iter().filter(|job| answered.contains(&job.id)) {
+        let answerable = |id: &String| {
+            first.contains(id) || (second.contains(id) && !held.load(Ordering::Relaxed))
+        };
+        for job in waiting.iter().filter(|job| answerable(&job.id)) {
             // Refused once answered; failing while the database restarts: asked again.
             let _ = store.answer(
                 &job.id,
