@@ -16,15 +16,13 @@
 //! `MAESTRO_BENCH_POSTGRES=postgres://… cargo bench -p maestro-benches --bench cluster_throughput`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use maestro::engine::{CancelFlag, Engine, JobEvent, JobStatus, Observer};
-use maestro::plugin::Resume;
+use maestro::engine::{CancelFlag, Engine, JobStatus};
 use maestro::store::{JobStore, PostgresStore, SqliteStore};
 use maestro::worker::{Worker, WorkerConfig};
-use maestro_benches::rate_with_range;
+use maestro_benches::{Cycles, answer_parked, rate_with_range};
 use tokio::sync::Notify;
 
 maestro_benches::allocate_like_maestro!();
@@ -33,33 +31,6 @@ const JOBS: usize = 3_000;
 const ROUNDS: usize = 3;
 const RUNNERS_PER_NODE: usize = 16;
 const ANSWERERS: usize = 4;
-
-/// Hands each parked job to the answerers and stops the workers after the last completion.
-struct Bench {
-    parked: Mutex<Option<Sender<String>>>,
-    completed: AtomicUsize,
-    stop: CancelFlag,
-}
-
-impl Observer for Bench {
-    fn on_event(&self, _job_id: &str, _event: &JobEvent) {}
-
-    fn on_saved(&self, job_id: &str, status: JobStatus) {
-        match status {
-            JobStatus::WaitingHuman => {
-                if let Some(parked) = &*self.parked.lock().unwrap() {
-                    parked.send(job_id.to_owned()).expect("answerers");
-                }
-            }
-            JobStatus::Completed => {
-                if self.completed.fetch_add(1, Ordering::SeqCst) + 1 == JOBS {
-                    self.stop.cancel();
-                }
-            }
-            other => panic!("job {job_id} saved as {other}"),
-        }
-    }
-}
 
 struct Round {
     elapsed: Duration,
@@ -144,11 +115,7 @@ fn measure(
     }
     let (parked, to_answer) = std::sync::mpsc::channel();
     let stop = CancelFlag::default();
-    let bench = Arc::new(Bench {
-        parked: Mutex::new(Some(parked)),
-        completed: AtomicUsize::new(0),
-        stop: stop.clone(),
-    });
+    let bench = Arc::new(Cycles::new(JOBS, parked, stop.clone()));
     let wake = Arc::new(Notify::new());
     let workers: Vec<Arc<Worker>> = stores
         .iter()
@@ -175,7 +142,7 @@ fn measure(
         .map(|index| {
             let store = stores[index % stores.len()].clone();
             let (to_answer, wake) = (to_answer.clone(), wake.clone());
-            std::thread::spawn(move || answer_all(&*store, &to_answer, &wake))
+            std::thread::spawn(move || answer_parked(&*store, &to_answer, &wake))
         })
         .collect();
     let written_before = written();
@@ -206,18 +173,6 @@ fn measure(
     Round {
         elapsed,
         written_per_cycle: written / JOBS as u64,
-    }
-}
-
-/// Answers parked jobs until the workers are gone.
-fn answer_all(store: &dyn JobStore, to_answer: &Mutex<Receiver<String>>, wake: &Notify) {
-    loop {
-        let next = to_answer.lock().unwrap().recv();
-        let Ok(id) = next else { return };
-        store
-            .answer(&id, &Resume::Answered("Oslo".into()).into(), None)
-            .unwrap();
-        wake.notify_one();
     }
 }
 

@@ -19,16 +19,13 @@
 //! per cycle by thread name.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use maestro::engine::{CancelFlag, Engine, JobEvent, JobStatus, Observer};
-use maestro::plugin::Resume;
+use maestro::engine::{CancelFlag, Engine, JobStatus};
 use maestro::store::{JobStore, SqliteStore};
 use maestro::worker::{Worker, WorkerConfig};
-use maestro_benches::{cpu_time, median, rate_with_range, stat_cpu_time};
+use maestro_benches::{Cycles, answer_parked, cpu_time, median, rate_with_range, stat_cpu_time};
 use tokio::sync::Notify;
 
 maestro_benches::allocate_like_maestro!();
@@ -38,34 +35,6 @@ const JOBS: usize = 10_000;
 const ROUNDS: usize = 3;
 /// Answers recorded at once, like that many API clients or shells answering.
 const ANSWERERS: usize = 4;
-
-/// Hands each parked job to the answerers and stops the worker after the last completion.
-struct Bench {
-    /// Taken away after the run, which ends the answerers.
-    parked: Mutex<Option<Sender<String>>>,
-    completed: AtomicUsize,
-    stop: CancelFlag,
-}
-
-impl Observer for Bench {
-    fn on_event(&self, _job_id: &str, _event: &JobEvent) {}
-
-    fn on_saved(&self, job_id: &str, status: JobStatus) {
-        match status {
-            JobStatus::WaitingHuman => {
-                if let Some(parked) = &*self.parked.lock().unwrap() {
-                    parked.send(job_id.to_owned()).expect("answerers");
-                }
-            }
-            JobStatus::Completed => {
-                if self.completed.fetch_add(1, Ordering::SeqCst) + 1 == JOBS {
-                    self.stop.cancel();
-                }
-            }
-            other => panic!("job {job_id} saved as {other}"),
-        }
-    }
-}
 
 /// One measured batch of cycles.
 struct Round {
@@ -122,11 +91,7 @@ fn measure(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, runners: usize) -
     }
     let (parked, to_answer) = std::sync::mpsc::channel();
     let stop = CancelFlag::default();
-    let bench = Arc::new(Bench {
-        parked: Mutex::new(Some(parked)),
-        completed: AtomicUsize::new(0),
-        stop: stop.clone(),
-    });
+    let bench = Arc::new(Cycles::new(JOBS, parked, stop.clone()));
     let wake = Arc::new(Notify::new());
     let worker = Arc::new(
         Worker::new(
@@ -146,7 +111,7 @@ fn measure(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, runners: usize) -
     let answerers: Vec<_> = (0..ANSWERERS)
         .map(|_| {
             let (store, to_answer, wake) = (store.clone(), to_answer.clone(), wake.clone());
-            std::thread::spawn(move || answer_all(&*store, &to_answer, &wake))
+            std::thread::spawn(move || answer_parked(&*store, &to_answer, &wake))
         })
         .collect();
     let written_before = bytes_written();
@@ -189,18 +154,6 @@ fn measure(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, runners: usize) -
         cpu_per_cycle: cpu / JOBS as u32,
         writer_per_cycle: by_name.get(WRITER_THREAD).copied().unwrap_or_default() / JOBS as u32,
         written_per_cycle: written / JOBS as u64,
-    }
-}
-
-/// Answers parked jobs until the worker is gone.
-fn answer_all(store: &dyn JobStore, to_answer: &Mutex<Receiver<String>>, wake: &Notify) {
-    loop {
-        let next = to_answer.lock().unwrap().recv();
-        let Ok(id) = next else { return };
-        store
-            .answer(&id, &Resume::Answered("Oslo".into()).into(), None)
-            .unwrap();
-        wake.notify_one();
     }
 }
 

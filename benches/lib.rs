@@ -1,7 +1,8 @@
 //! Benchmarks of maestro: the plugin runtime beside bare wasmtime (`runtime.rs`,
 //! `bare_wasmtime.rs`), tool loads by language (`example_load.rs`), hot loading
 //! (`hot_load.rs`), the engine's own cost per agent-loop step (`engine_steps.rs`), jobs through
-//! the store (`jobs.rs`), park → resume throughput of a worker (`cycle_throughput.rs`), the
+//! the store (`jobs.rs`), park → resume throughput of a worker (`cycle_throughput.rs`) and of nodes on PostgreSQL
+//! (`cluster_throughput.rs`), the
 //! memory of parked jobs (`parked_memory.rs`) and cycles through the HTTP API
 //! (`api_cycles.rs`). Run them with `cargo bench -p maestro-benches`.
 //!
@@ -9,13 +10,20 @@
 //! allocates through mimalloc, as the `maestro` binary does ([`allocate_like_maestro!`]).
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use maestro::engine::{Engine, EngineLimits, ToolCatalog};
+use maestro::engine::{
+    CancelFlag, Engine, EngineLimits, JobEvent, JobStatus, Observer, ToolCatalog,
+};
 use maestro::llm::ScriptedModel;
 use maestro::piece::parse_piece;
+use maestro::plugin::Resume;
 use maestro::plugin::{PluginPolicy, Runtime, RuntimeConfig};
+use maestro::store::JobStore;
+use tokio::sync::Notify;
 
 pub use mimalloc::MiMalloc;
 
@@ -146,5 +154,58 @@ pub fn sizes_from_env(variable: &str, default: &[usize]) -> Vec<usize> {
             })
             .collect(),
         Err(_) => default.to_vec(),
+    }
+}
+
+/// The observer of a park → resume cycle bench: hands each parked job to the answerers and
+/// stops the workers once `jobs` jobs have completed.
+pub struct Cycles {
+    /// Taken away after the run, which ends the answerers.
+    pub parked: Mutex<Option<Sender<String>>>,
+    completed: AtomicUsize,
+    jobs: usize,
+    stop: CancelFlag,
+}
+
+impl Cycles {
+    pub fn new(jobs: usize, parked: Sender<String>, stop: CancelFlag) -> Self {
+        Self {
+            parked: Mutex::new(Some(parked)),
+            completed: AtomicUsize::new(0),
+            jobs,
+            stop,
+        }
+    }
+}
+
+impl Observer for Cycles {
+    fn on_event(&self, _job_id: &str, _event: &JobEvent) {}
+
+    fn on_saved(&self, job_id: &str, status: JobStatus) {
+        match status {
+            JobStatus::WaitingHuman => {
+                if let Some(parked) = &*self.parked.lock().unwrap() {
+                    parked.send(job_id.to_owned()).expect("answerers");
+                }
+            }
+            JobStatus::Completed => {
+                if self.completed.fetch_add(1, Ordering::SeqCst) + 1 == self.jobs {
+                    self.stop.cancel();
+                }
+            }
+            other => panic!("job {job_id} saved as {other}"),
+        }
+    }
+}
+
+/// Answers parked jobs (as the API or `maestro jobs answer` would) until the workers are gone.
+pub fn answer_parked(store: &dyn JobStore, to_answer: &Mutex<Receiver<String>>, wake: &Notify) {
+    loop {
+        let next = to_answer.lock().unwrap().recv();
+        let Ok(id) = next else { return };
+        store
+            .answer(&id, &Resume::Answered("Oslo".into()).into(), None)
+            .unwrap();
+        wake.notify_one();
     }
 }
