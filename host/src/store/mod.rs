@@ -1,5 +1,7 @@
 //! The durable job store: one row per job and an append-only log per job of what each save
-//! added (events and conversation messages; see `record.rs`).
+//! added (events and conversation messages; see `record.rs`), in a SQLite file (`sqlite/`) or a
+//! PostgreSQL database that many nodes share (`postgres/`). What a change checks and writes is
+//! written once (`rules.rs`, `tree.rs`) over each database's statements (`rows.rs`).
 //!
 //! Invariant: the store is the only truth about a job between runs. The `status` column says
 //! who may act next (`pending`: any runner; `running`: the runner holding the lease;
@@ -125,8 +127,9 @@ pub enum JobChange {
     Missed,
 }
 
-/// Where jobs live. The embedded default is [`SqliteStore`]; the trait keeps the engine and
-/// the CLI independent of the database.
+/// Where jobs live. The embedded default is [`SqliteStore`], the shared one [`PostgresStore`]
+/// ([`StoreAddress`] opens either); the trait keeps the engine and the CLI independent of the
+/// database.
 pub trait JobStore: Send + Sync {
     /// Stores a new job (status `pending`).
     fn create(&self, job: &JobState) -> Result<(), StoreError>;
