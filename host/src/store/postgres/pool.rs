@@ -4,7 +4,10 @@
 //! Invariant: a caller hears of its change only after its transaction committed, or with the
 //! error that refused it, and a refused change was rolled back. A change that a deadlock or a
 //! serialization failure rolled back runs again from the start (the database made no part of
-//! it); any other failure is the caller's answer. A connection that broke is dropped and made
+//! it), and so does one whose `BEGIN` failed on a connection that broke while it waited in the
+//! pool (nothing of it reached the server); any other failure is the caller's answer, for a
+//! commit whose outcome the server did not say may have happened. A connection that broke is
+//! dropped and made
 //! again for the next piece of work, so a restarted server is reached again without a restart
 //! of maestro; until it answers, work fails at once with why, and the callers' own backoff
 //! paces the retries.
