@@ -3,7 +3,8 @@
 //! not on each node's own.
 //!
 //! Invariant: [`DbClock::now`] is the node's clock plus the offset last measured against the
-//! server (at open, and again every [`REMEASURE`] by the listening thread); the offset's error is
+//! server (at open, and again every [`REMEASURE`] by the listening thread while the store
+//! listens); the offset's error is
 //! half a round trip, far below a lease.
 
 use std::sync::atomic::{AtomicI64, Ordering};

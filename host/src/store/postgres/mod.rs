@@ -230,12 +230,20 @@ impl Shared {
         match row.parse(|id, e| self.corrupt(id, e)) {
             Ok(job) => Ok(Some(job)),
             Err(error) => {
-                let (id, owner, at, why) = (row.id, row.owner, self.now(), error.clone());
-                self.change_async(move |rows| rules::set_aside(rows, &id, &owner, at, &why))
-                    .await?;
+                self.change_async(self.set_aside(&row, &error)).await?;
                 Err(error)
             }
         }
+    }
+
+    /// The change that takes the unreadable job of `row` out of the runnable ones, as `why`.
+    fn set_aside(
+        &self,
+        row: &ClaimedRow,
+        why: &StoreError,
+    ) -> impl FnMut(&mut PgRows<'_, '_>) -> Result<(), StoreError> + Send + 'static + use<> {
+        let (id, owner, at, why) = (row.id.clone(), row.owner.clone(), self.now(), why.clone());
+        move |rows| rules::set_aside(rows, &id, &owner, at, &why)
     }
 
     /// The summary rows that `sql` selects: id, piece, status, movement, wait reason, parent,
@@ -271,7 +279,10 @@ impl Shared {
 pub struct PostgresStore {
     shared: Shared,
     schema: Schema,
-    listener: Listener,
+    config: postgres::Config,
+    /// Started by the first [`JobStore::changes`]: a one-shot command (`maestro jobs list`)
+    /// opens no listening connection.
+    listener: std::sync::OnceLock<Listener>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -305,11 +316,11 @@ impl PostgresStore {
         // inside the caller's.
         let schema = shared.run(schema::migrate)?;
         shared.measure_clock()?;
-        let listener = Listener::start(config, shared.label.clone(), shared.clock.clone());
         Ok(Self {
             shared,
             schema,
-            listener,
+            config,
+            listener: std::sync::OnceLock::new(),
         })
     }
 
@@ -325,11 +336,6 @@ impl PostgresStore {
         self.shared.clock.skew_local_clock(by_ms);
         self.shared.measure_clock()
     }
-
-    /// The database, named without its password.
-    pub fn label(&self) -> &str {
-        &self.shared.label
-    }
 }
 
 impl PostgresStore {
@@ -342,14 +348,7 @@ impl PostgresStore {
         row.parse(|id, e| self.shared.corrupt(id, e))
             .map(Some)
             .or_else(|error| {
-                let (id, owner, at, why) = (
-                    row.id.clone(),
-                    row.owner.clone(),
-                    self.shared.now(),
-                    error.clone(),
-                );
-                self.shared
-                    .change(move |rows| rules::set_aside(rows, &id, &owner, at, &why))?;
+                self.shared.change(self.shared.set_aside(&row, &error))?;
                 Err(error)
             })
     }
@@ -591,7 +590,14 @@ impl JobStore for PostgresStore {
     }
 
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<JobChange>> {
-        Some(self.listener.subscribe())
+        let listener = self.listener.get_or_init(|| {
+            Listener::start(
+                self.config.clone(),
+                self.shared.label.clone(),
+                self.shared.clock.clone(),
+            )
+        });
+        Some(listener.subscribe())
     }
 
     fn prune(&self, before_ms: i64, limit: usize) -> Result<usize, StoreError> {
