@@ -6,6 +6,8 @@ mod common;
 mod postgres_support;
 mod serve_support;
 
+use std::time::{Duration, Instant};
+
 use reqwest::Method;
 use serde_json::json;
 use serve_support::{APPROVAL_SCRIPT, ServerFolder, TestServer, approval_piece, read_events};
@@ -92,43 +94,28 @@ fn another_version_of(component: &str) -> Vec<u8> {
     bytes
 }
 
-/// Two nodes serve RequestTool in two versions. The job parks on whichever node runs it, on
-/// that node's version, and that node goes away; the other node, which never loaded that
-/// version (it started before the park, so not even at its start), resumes the call on exactly
-/// that version, fetched from the shared store when it claims the job.
+/// A job parks on node A on RequestTool's first version; a second version is then uploaded to
+/// A. Node B starts with no RequestTool in its folder: it takes the cluster's second version at
+/// start and never loads the first. A goes away; B resumes the parked call on exactly the
+/// first version, fetched from the shared store when it claims the job, while the second keeps
+/// serving new calls.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_parked_on_one_node_resumes_on_another_that_never_loaded_its_version() {
     let Some(database) = postgres_support::database() else {
         return;
     };
-    let folder = || {
-        ServerFolder::new(
-            &[approval_piece()],
-            APPROVAL_SCRIPT,
-            &[maestro_plugins::COMPLETE, maestro_plugins::REQUEST_TOOL],
-            true,
-        )
-        .with_store(&database.url)
+    let folder = |plugins: &[&str]| {
+        ServerFolder::new(&[approval_piece()], APPROVAL_SCRIPT, plugins, true)
+            .with_store(&database.url)
     };
-    let second = folder();
-    let file = second.path("plugins").join("request_tool.wasm");
-    std::fs::write(&file, another_version_of(maestro_plugins::REQUEST_TOOL)).unwrap();
-    let mut nodes = [
-        Some(TestServer::start(folder())),
-        Some(TestServer::start(second)),
-    ];
-    let mut versions = Vec::new();
-    for node in nodes.iter().flatten() {
-        let serving = node.plugin("request_tool").await;
-        versions.push(serving["content_hash"].as_str().unwrap().to_owned());
-    }
-    assert_ne!(versions[0], versions[1]);
-
-    let starter = nodes[0].as_ref().unwrap();
-    let id = starter
-        .start_job("approval", "Rotate the staging API key")
-        .await;
-    let parked = starter
+    let first = folder(&[maestro_plugins::COMPLETE, maestro_plugins::REQUEST_TOOL]);
+    let a = TestServer::start(first);
+    let pinned = a.plugin("request_tool").await["content_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let id = a.start_job("approval", "Rotate the staging API key").await;
+    let parked = a
         .wait_for(&id, "parked", |job| job["status"] == "waiting_human")
         .await;
     let wait = parked["wait"]["id"].as_u64().unwrap();
@@ -136,7 +123,7 @@ async fn a_call_parked_on_one_node_resumes_on_another_that_never_loaded_its_vers
         .open()
         .unwrap()
         .0;
-    let pinned = store
+    let parked_on = store
         .load(&id)
         .unwrap()
         .0
@@ -144,12 +131,29 @@ async fn a_call_parked_on_one_node_resumes_on_another_that_never_loaded_its_vers
         .unwrap()
         .content_hash
         .clone();
-    let parked_on = versions
-        .iter()
-        .position(|v| *v == pinned)
-        .expect("a node's version");
-    drop(nodes[parked_on].take());
-    let other = nodes[1 - parked_on].take().unwrap();
+    assert_eq!(parked_on, pinned);
+    let second = upload(
+        &a,
+        "request_tool",
+        another_version_of(maestro_plugins::REQUEST_TOOL),
+    )
+    .await;
+    assert_ne!(second, pinned);
+
+    let other = TestServer::start(folder(&[maestro_plugins::COMPLETE]));
+    assert_eq!(
+        other.plugin("request_tool").await["content_hash"],
+        second.as_str()
+    );
+    assert!(
+        !other
+            .folder
+            .path("plugin-versions")
+            .join(format!("{pinned}.wasm"))
+            .exists(),
+        "node B never had the first version"
+    );
+    drop(a);
 
     let (status, body) = other
         .post(&format!("/v1/jobs/{id}/approve"), json!({ "wait": wait }))
@@ -189,5 +193,165 @@ async fn a_call_parked_on_one_node_resumes_on_another_that_never_loaded_its_vers
         pinned
     );
     let serving = other.plugin("request_tool").await;
-    assert_eq!(serving["content_hash"], versions[1 - parked_on].as_str());
+    assert_eq!(serving["content_hash"], second.as_str());
+}
+
+/// Uploads `bytes` as plugin `name` to `node`; returns the content hash that serves there.
+async fn upload(node: &TestServer, name: &str, bytes: Vec<u8>) -> String {
+    let response = node
+        .request(Method::PUT, &format!("/v1/plugins/{name}"))
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", node.log());
+    let status: serde_json::Value = response.json().await.unwrap();
+    status["content_hash"].as_str().unwrap().to_owned()
+}
+
+/// Polls `node`'s entry of plugin `name` until `done` holds for it.
+async fn wait_for_plugin(
+    node: &TestServer,
+    name: &str,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + serve_support::STATE_WAIT;
+    loop {
+        let listed = node.get("/v1/plugins").await;
+        let entry = listed["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|plugin| plugin["name"] == name)
+            .cloned()
+            .unwrap_or_default();
+        if done(&entry) {
+            return entry;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "plugin {name} never became {what}: {entry}\n{}",
+            node.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls until the file at `path` holds `bytes` (`None`: until it is gone).
+async fn wait_for_file(path: &std::path::Path, bytes: Option<&[u8]>) {
+    let deadline = Instant::now() + serve_support::STATE_WAIT;
+    while std::fs::read(path).ok().as_deref() != bytes {
+        assert!(
+            Instant::now() < deadline,
+            "{} never changed",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A version uploaded to one `maestro serve` node serves on the other one and lands in the
+/// folder of a `maestro work` node; a file dropped into a node's folder serves everywhere, and a
+/// removal removes it everywhere. A version whose bytes in the store do not hash to it is
+/// refused by every node, and the version before keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_installed_on_one_node_serves_on_every_node_and_bad_bytes_are_refused() {
+    let Some(database) = postgres_support::database() else {
+        return;
+    };
+    let folder = || {
+        ServerFolder::new(
+            &[approval_piece()],
+            APPROVAL_SCRIPT,
+            &[maestro_plugins::COMPLETE, maestro_plugins::REQUEST_TOOL],
+            true,
+        )
+        .with_store(&database.url)
+    };
+    let (a, b) = (TestServer::start(folder()), TestServer::start(folder()));
+    let worker_folder = folder();
+    let mut worker = common::maestro_command()
+        .arg("work")
+        .arg("--config")
+        .arg(worker_folder.path("maestro.toml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+
+    // An upload to A.
+    let version = another_version_of(maestro_plugins::REQUEST_TOOL);
+    let uploaded_at = Instant::now();
+    let hash = upload(&a, "request_tool", version.clone()).await;
+    let on_b = wait_for_plugin(&b, "request_tool", "the uploaded version", |entry| {
+        entry["content_hash"] == hash.as_str()
+    })
+    .await;
+    eprintln!(
+        "serving on node B {:?} after the upload to A",
+        uploaded_at.elapsed()
+    );
+    assert_eq!(on_b["status"], "serving");
+    assert_eq!(
+        std::fs::read(b.folder.path("plugins/request_tool.wasm")).unwrap(),
+        version
+    );
+    wait_for_file(
+        &worker_folder.path("plugins/request_tool.wasm"),
+        Some(&version),
+    )
+    .await;
+
+    // A file dropped into B's folder, then removed through A.
+    let stamp = std::fs::read(maestro_examples::STAMP).unwrap();
+    std::fs::write(b.folder.path("plugins/stamp.wasm"), &stamp).unwrap();
+    wait_for_plugin(&a, "stamp", "serving", |entry| entry["status"] == "serving").await;
+    assert_eq!(
+        std::fs::read(a.folder.path("plugins/stamp.wasm")).unwrap(),
+        stamp
+    );
+    let response = a
+        .request(Method::DELETE, "/v1/plugins/stamp")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", a.log());
+    wait_for_plugin(&b, "stamp", "removed", |entry| entry["status"] == "removed").await;
+    wait_for_file(&b.folder.path("plugins/stamp.wasm"), None).await;
+    wait_for_file(&worker_folder.path("plugins/stamp.wasm"), None).await;
+
+    // Bytes that are not the version they are published as.
+    let store = maestro::store::StoreAddress::parse(&database.url)
+        .open()
+        .unwrap()
+        .0;
+    let forged = "f".repeat(64);
+    let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
+    store
+        .keep_component(&forged, "request_tool", &echo)
+        .unwrap();
+    store.publish_plugin("request_tool", Some(&forged)).unwrap();
+    for node in [&a, &b] {
+        let entry = wait_for_plugin(node, "request_tool", "refusing the forged bytes", |entry| {
+            entry["last_error"]["content_hash"] == forged.as_str()
+        })
+        .await;
+        assert_eq!(entry["status"], "serving");
+        assert_eq!(
+            entry["content_hash"],
+            hash.as_str(),
+            "the version before keeps serving"
+        );
+        assert_eq!(entry["last_error"]["source"], "cluster");
+        let message = entry["last_error"]["message"].as_str().unwrap();
+        assert!(message.contains("hash to"), "{message}");
+    }
+    assert_eq!(
+        std::fs::read(worker_folder.path("plugins/request_tool.wasm")).unwrap(),
+        version,
+        "the worker node keeps its version too"
+    );
+    let _ = worker.kill();
+    let _ = worker.wait();
 }

@@ -14,7 +14,7 @@ use clap::Args;
 use super::Failure;
 use super::setup::{EngineCatalog, EngineOptions, Setup, TokenEntry};
 use crate::plugin::Runtime;
-use crate::serve::{Auth, PluginHost, Scope, ServeSettings, Token, restore_parked_versions};
+use crate::serve::{Auth, Scope, ServeSettings, Token, restore_parked_versions};
 use crate::store::JobStore;
 use crate::worker::WorkerConfig;
 
@@ -126,25 +126,17 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
             plugin_dir.display()
         )));
     }
-    let archive = setup.archive();
-
     let store = setup.open_store()?;
-    let plugins = Arc::new(
-        PluginHost::new(
-            runtime.clone(),
-            plugin_dir.clone(),
-            archive,
-            setup.policy(&runtime)?,
-        )
-        .sharing_versions_with(store.clone()),
-    );
-    for (name, change) in plugins.sync_all().await {
-        if let crate::serve::Change::Failed(message) = change {
-            eprintln!("warning: plugin {name}: not loaded: {message}");
+    let (plugins, follower) = setup
+        .plugin_host(&runtime, &store, plugin_dir.clone())
+        .await?;
+    // On a store of its own the server finds every parked call's version now, to warn early
+    // of one it cannot resume. On a shared store that would read every parked job of the
+    // cluster at each start: there a runner fetches a missing version when it claims the job.
+    if follower.is_none() {
+        for warning in restore_parked_versions(store.as_ref(), &plugins).await {
+            eprintln!("warning: {warning}");
         }
-    }
-    for warning in restore_parked_versions(store.as_ref(), &plugins).await {
-        eprintln!("warning: {warning}");
     }
     let (engine, warnings) = setup.engine_for(
         &runtime,
@@ -194,6 +186,9 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
     wait_for_stop().await;
     eprintln!("stopping: runners finish their current step; open event streams get 2 s");
     let stats = running.stop(Duration::from_secs(2)).await;
+    if let Some(follower) = follower {
+        follower.abort();
+    }
     eprintln!(
         "server done: {} run(s), {} lost lease(s)",
         stats.runs, stats.lost_leases

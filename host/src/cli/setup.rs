@@ -18,6 +18,7 @@ use crate::engine::{Engine, EngineLimits, ToolCatalog};
 use crate::llm::ModelConfig;
 use crate::piece::{LintError, Piece, load_dir, load_piece};
 use crate::plugin::{Policy, Runtime};
+use crate::serve::{Change, PluginHost};
 use crate::store::{JobStore, StoreAddress};
 use crate::worker::StoreSpawner;
 use tokio::sync::Notify;
@@ -465,6 +466,37 @@ impl Setup {
 
     /// Where every plugin version that ever served is kept: `server.archive`, else
     /// `plugin-versions` beside the store file (beside the default one for a database).
+    /// The live plugin host over the folder `dir`: every plugin loaded (a failure is printed as
+    /// a warning), versions archived and kept in `store`, and, where the store is shared by
+    /// many nodes, caught up with and following the versions the other nodes install (the task
+    /// that follows them is returned).
+    pub async fn plugin_host(
+        &self,
+        runtime: &Runtime,
+        store: &Arc<dyn JobStore>,
+        dir: PathBuf,
+    ) -> Result<(Arc<PluginHost>, Option<tokio::task::JoinHandle<()>>), Failure> {
+        let plugins = Arc::new(
+            PluginHost::new(runtime.clone(), dir, self.archive(), self.policy(runtime)?)
+                .sharing_versions_with(store.clone()),
+        );
+        for (name, change) in plugins.sync_all().await {
+            if let Change::Failed(message) = change {
+                eprintln!("warning: plugin {name}: not loaded: {message}");
+            }
+        }
+        let follower = match plugins.join_cluster().await {
+            Some((follower, warnings)) => {
+                for warning in warnings {
+                    eprintln!("warning: {warning}");
+                }
+                Some(follower)
+            }
+            None => None,
+        };
+        Ok((plugins, follower))
+    }
+
     pub fn archive(&self) -> PathBuf {
         self.server.archive.clone().unwrap_or_else(|| {
             let beside = match &self.store {

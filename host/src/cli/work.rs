@@ -3,7 +3,9 @@
 //!
 //! Invariant: this command only claims, runs and saves; everything it does to a job is in the
 //! store, so any number of `maestro work` processes may share one store file, and killing one
-//! loses no job (its leases expire and the others take over).
+//! loses no job (its leases expire and the others take over). On a store shared by many nodes
+//! (PostgreSQL) its plugins follow the versions the other nodes install, and a call parked on
+//! a version it never loaded resumes on that version, fetched from the store.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +13,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::Failure;
-use super::setup::{EngineOptions, Setup};
+use super::setup::{EngineCatalog, EngineOptions, Setup};
 use crate::engine::{CancelFlag, JobEvent, Observer};
 use crate::plugin::Runtime;
 use crate::worker::{Worker, WorkerConfig};
@@ -38,16 +40,34 @@ pub async fn execute(command: &WorkCommand, runtime: Runtime) -> Result<(), Fail
     }
     let setup = Setup::resolve(&command.engine)?;
     let store = setup.open_store()?;
-    let engine = Arc::new(setup.engine_all(&runtime, &store).await?);
+    let (engine, plugins, follower) = match setup.plugins.clone() {
+        Some(dir) if store.changes().is_some() => {
+            let (plugins, follower) = setup.plugin_host(&runtime, &store, dir).await?;
+            let (engine, warnings) = setup.engine_for(
+                &runtime,
+                setup.all_pieces()?,
+                &store,
+                EngineCatalog::Live(plugins.slot().clone()),
+            )?;
+            for warning in warnings {
+                eprintln!("warning: {warning} (until a plugin offers it, calls to it fail)");
+            }
+            (engine, Some(plugins), follower)
+        }
+        _ => (setup.engine_all(&runtime, &store).await?, None, None),
+    };
     let config = WorkerConfig {
         runners: command.runners.max(1),
         lease: Duration::from_millis(command.lease_ms),
         wait_expiry: setup.wait_expiry,
         ..WorkerConfig::default()
     };
-    let worker = Arc::new(
-        Worker::new(store, engine, config, setup.wake.clone()).with_observer(Arc::new(StepLog)),
-    );
+    let mut worker = Worker::new(store, Arc::new(engine), config, setup.wake.clone())
+        .with_observer(Arc::new(StepLog));
+    if let Some(plugins) = plugins {
+        worker = worker.with_versions(plugins);
+    }
+    let worker = Arc::new(worker);
     let stop = CancelFlag::default();
     let on_interrupt = stop.clone();
     tokio::spawn(async move {
@@ -57,6 +77,9 @@ pub async fn execute(command: &WorkCommand, runtime: Runtime) -> Result<(), Fail
         }
     });
     let stats = worker.run(stop, command.until_idle).await;
+    if let Some(follower) = follower {
+        follower.abort();
+    }
     eprintln!(
         "worker done: {} run(s), {} lost lease(s)",
         stats.runs, stats.lost_leases

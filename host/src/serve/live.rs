@@ -98,8 +98,10 @@ pub async fn forward_changes(mut changes: broadcast::Receiver<JobChange>, hub: A
             Ok(JobChange::Saved { job, status }) => {
                 let _ = hub.sender.send(Notice::Saved { job, status });
             }
-            // Job streams read the store again by themselves within their poll.
-            Ok(JobChange::Missed) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            // Job streams read the store again by themselves within their poll; a plugin that
+            // changes here is announced by the plugin host once it serves.
+            Ok(JobChange::Missed | JobChange::Plugin { .. })
+            | Err(broadcast::error::RecvError::Lagged(_)) => {}
             Err(broadcast::error::RecvError::Closed) => return,
         }
     }

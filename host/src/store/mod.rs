@@ -123,8 +123,22 @@ pub struct Handoff {
 pub enum JobChange {
     /// A job was written with this status (new, answered, run, ended).
     Saved { job: String, status: JobStatus },
+    /// The version of a plugin that serves on every node changed (see
+    /// [`JobStore::publish_plugin`]); read it with [`JobStore::published_plugins`].
+    Plugin { name: String },
     /// The store lost touch for a while and changes may have gone unheard: look again.
     Missed,
+}
+
+/// The version of a plugin that every node sharing the store serves, as the last node to
+/// install or remove it published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedPlugin {
+    pub name: String,
+    /// `None`: removed, it takes no new calls on any node.
+    pub content_hash: Option<String>,
+    /// When it was published, Unix ms on the store's clock.
+    pub at_ms: i64,
 }
 
 /// Where jobs live. The embedded default is [`SqliteStore`], the shared one [`PostgresStore`]
@@ -241,6 +255,19 @@ pub trait JobStore: Send + Sync {
     /// them against the hash before it runs them.
     fn component(&self, _content_hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(None)
+    }
+
+    /// Makes version `content_hash` of plugin `name` (already kept with
+    /// [`JobStore::keep_component`]) the one every node sharing the store serves, or with `None`
+    /// removes the plugin from all of them, and tells them ([`JobChange::Plugin`]). The last
+    /// publication wins. A store that no other node hears of (a SQLite file) records nothing.
+    fn publish_plugin(&self, _name: &str, _content_hash: Option<&str>) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Every plugin ever published, by name.
+    fn published_plugins(&self) -> Result<Vec<PublishedPlugin>, StoreError> {
+        Ok(Vec::new())
     }
 
     /// Deletes, with their events, up to `limit` job trees that ended before `before_ms` (Unix

@@ -488,7 +488,7 @@ async fn wake_on_runnable(
             })
             | Ok(JobChange::Missed)
             | Err(RecvError::Lagged(_)) => wake.notify_waiters(),
-            Ok(JobChange::Saved { .. }) => {}
+            Ok(JobChange::Saved { .. } | JobChange::Plugin { .. }) => {}
             Err(RecvError::Closed) => return,
         }
     }

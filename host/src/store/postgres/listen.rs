@@ -1,6 +1,7 @@
 //! Hearing of other nodes' changes: a thread with a connection of its own that `LISTEN`s on the
-//! channel every change notifies (see `rows.rs`: each write of a job's status sends
-//! `"<status> <id>"`, delivered at its commit).
+//! channels the changes notify (see `rows.rs`: each write of a job's status sends
+//! `"<status> <id>"` on one, each publication of a plugin version its name on the other; both
+//! are delivered at commit).
 //!
 //! Invariant: a notification is only a hint to look again; every decision is taken on the rows.
 //! When the connection breaks, the thread says [`JobChange::Missed`] once it is back, since
@@ -22,6 +23,9 @@ use crate::store::JobChange;
 
 /// The channel of job changes.
 pub(super) const CHANNEL: &str = "maestro_jobs";
+
+/// The channel of published plugin versions.
+pub(super) const PLUGIN_CHANNEL: &str = "maestro_plugins";
 
 /// How often the thread looks whether its store was dropped.
 const STOP_CHECK: Duration = Duration::from_millis(250);
@@ -81,7 +85,7 @@ fn listen(
     while !stop.load(Ordering::Relaxed) {
         let listening = config.connect(NoTls).and_then(|mut client| {
             client
-                .batch_execute(&format!("LISTEN {CHANNEL}"))
+                .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {PLUGIN_CHANNEL}"))
                 .map(|()| client)
         });
         let _ = tried.send(());
@@ -123,7 +127,7 @@ fn listen(
             let next = client.notifications().timeout_iter(STOP_CHECK).next();
             match next {
                 Ok(Some(notification)) => {
-                    if let Some(change) = parse(notification.payload()) {
+                    if let Some(change) = parse(notification.channel(), notification.payload()) {
                         let _ = changes.send(change);
                     }
                 }
@@ -142,8 +146,14 @@ fn listen(
     }
 }
 
-/// `"<status> <id>"`, as the statements send it.
-fn parse(payload: &str) -> Option<JobChange> {
+/// `"<status> <id>"` on the jobs' channel and a plugin's name on the plugins' channel, as the
+/// statements send them.
+fn parse(channel: &str, payload: &str) -> Option<JobChange> {
+    if channel == PLUGIN_CHANNEL {
+        return Some(JobChange::Plugin {
+            name: payload.to_owned(),
+        });
+    }
     let (status, job) = payload.split_once(' ')?;
     Some(JobChange::Saved {
         job: job.to_owned(),
@@ -158,13 +168,19 @@ mod tests {
     #[test]
     fn a_notification_names_the_status_then_the_job() {
         assert_eq!(
-            parse("pending job-01ab"),
+            parse(CHANNEL, "pending job-01ab"),
             Some(JobChange::Saved {
                 job: "job-01ab".into(),
                 status: JobStatus::Pending
             })
         );
-        assert_eq!(parse("nonsense"), None);
-        assert_eq!(parse("flying job-1"), None);
+        assert_eq!(parse(CHANNEL, "nonsense"), None);
+        assert_eq!(parse(CHANNEL, "flying job-1"), None);
+        assert_eq!(
+            parse(PLUGIN_CHANNEL, "echo"),
+            Some(JobChange::Plugin {
+                name: "echo".into()
+            })
+        );
     }
 }

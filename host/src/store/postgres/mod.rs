@@ -28,8 +28,8 @@ use super::rules::now_ms as rules_now_ms;
 use super::rules::{self, ClaimedRow, unreadable_is_none};
 use super::tree::{self, CancelOutcome};
 use super::{
-    ClaimedJob, Handoff, JobChange, JobStore, JobSummary, Schema, StoreError, StoreFuture,
-    StoredEvent,
+    ClaimedJob, Handoff, JobChange, JobStore, JobSummary, PublishedPlugin, Schema, StoreError,
+    StoreFuture, StoredEvent,
 };
 use crate::engine::{Answer, JobEvent, JobState, JobStatus};
 
@@ -587,6 +587,30 @@ impl JobStore for PostgresStore {
             |row, label| column::<Vec<u8>>(row, 0, label),
         )?;
         Ok(found.into_iter().next())
+    }
+
+    fn publish_plugin(&self, name: &str, content_hash: Option<&str>) -> Result<(), StoreError> {
+        let (name, hash, at) = (
+            name.to_owned(),
+            content_hash.map(str::to_owned),
+            self.shared.now(),
+        );
+        self.shared
+            .change(move |rows| rows.publish_plugin(&name, hash.as_deref(), at))
+    }
+
+    fn published_plugins(&self) -> Result<Vec<PublishedPlugin>, StoreError> {
+        self.shared.query(
+            "SELECT name, content_hash, changed_at_ms FROM plugins ORDER BY name",
+            Vec::new(),
+            |row, label| {
+                Ok(PublishedPlugin {
+                    name: column(row, 0, label)?,
+                    content_hash: column(row, 1, label)?,
+                    at_ms: column(row, 2, label)?,
+                })
+            },
+        )
     }
 
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<JobChange>> {

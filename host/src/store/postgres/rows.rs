@@ -180,6 +180,26 @@ impl PgRows<'_, '_> {
         )
         .map(drop)
     }
+
+    /// Records `content_hash` (`None`: removed) as plugin `name`'s version on every node, and
+    /// tells the nodes at commit.
+    pub fn publish_plugin(
+        &mut self,
+        name: &str,
+        content_hash: Option<&str>,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "WITH published AS ( \
+                 INSERT INTO plugins (name, content_hash, changed_at_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (name) DO UPDATE \
+                 SET content_hash = EXCLUDED.content_hash, changed_at_ms = EXCLUDED.changed_at_ms \
+                 RETURNING name) \
+             SELECT pg_notify('maestro_plugins', name) FROM published",
+            &[&name, &content_hash, &at],
+        )
+        .map(drop)
+    }
 }
 
 impl Rows for PgRows<'_, '_> {

@@ -56,6 +56,15 @@ CREATE TABLE components (
     added_at_ms  BIGINT NOT NULL
 );
 "#,
+    // The version of each plugin that every node serves: the last one installed or removed on
+    // any node. A version named here is always one that any node can fetch.
+    r#"
+CREATE TABLE plugins (
+    name          TEXT PRIMARY KEY,
+    content_hash  TEXT REFERENCES components (content_hash),
+    changed_at_ms BIGINT NOT NULL
+);
+"#,
 ];
 
 /// Any number the nodes agree on: the advisory lock that migrations take.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{Fixture, finished, job, parked};
 use crate::engine::{JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitRequest};
 use crate::plugin::{CallRequest, Resume};
-use crate::store::{JobStore, PostgresStore};
+use crate::store::{JobStore, PostgresStore, StoreError};
 
 /// Nodes: stores of their own on the fixture's database, as separate processes open it.
 fn nodes(fixture: &Fixture, count: usize) -> Vec<Arc<dyn JobStore>> {
@@ -206,5 +206,59 @@ fn postgres_a_node_whose_clock_runs_ahead_takes_no_live_lease() {
     assert_eq!(
         ahead.claim_next("ahead", 60_000).unwrap().unwrap().state.id,
         "j2"
+    );
+}
+
+/// A plugin version published by one node is heard by another and read back as the cluster's;
+/// the last publication wins, a removal is recorded, and a version whose bytes no node can
+/// fetch cannot be published.
+#[test]
+fn postgres_tells_every_node_which_plugin_version_serves() {
+    let Some(fixture) = Fixture::postgres() else {
+        return;
+    };
+    let mut heard = fixture
+        .store()
+        .changes()
+        .expect("PostgreSQL tells of changes");
+    let other = fixture.reopen();
+    let refused = other.publish_plugin("echo", Some("not-kept"));
+    assert!(
+        matches!(refused, Err(StoreError::Database { .. })),
+        "{refused:?}"
+    );
+    other.keep_component("h1", "echo", b"one").unwrap();
+    other.keep_component("h2", "echo", b"two").unwrap();
+    other.publish_plugin("echo", Some("h1")).unwrap();
+    other.publish_plugin("echo", Some("h2")).unwrap();
+    other.publish_plugin("gone", None).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut next = || {
+        runtime
+            .block_on(async {
+                tokio::time::timeout(std::time::Duration::from_secs(30), heard.recv()).await
+            })
+            .expect("the change is heard")
+            .unwrap()
+    };
+    let plugin = |name: &str| crate::store::JobChange::Plugin { name: name.into() };
+    assert_eq!(next(), plugin("echo"));
+    assert_eq!(next(), plugin("echo"));
+    assert_eq!(next(), plugin("gone"));
+    let published = fixture.store().published_plugins().unwrap();
+    let versions: Vec<(&str, Option<&str>)> = published
+        .iter()
+        .map(|record| (record.name.as_str(), record.content_hash.as_deref()))
+        .collect();
+    assert_eq!(versions, [("echo", Some("h2")), ("gone", None)]);
+    assert!(
+        Fixture::sqlite()
+            .store()
+            .published_plugins()
+            .unwrap()
+            .is_empty()
     );
 }

@@ -6,10 +6,14 @@
 //! tool name; a version that fails any of that is reported and the previous one keeps serving.
 //! Every version that ever served stays reachable by its content hash in this process, and its
 //! bytes are kept in a content-addressed archive, so a parked call resumes on its own version
-//! even after a reload, a removal or a restart. One change is applied at a time.
+//! even after a reload, a removal or a restart. One change is applied at a time. Where the
+//! store is shared by many nodes, versions also travel between them (`cluster.rs`).
+
+mod cluster;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -56,6 +60,34 @@ pub enum FailureSource {
     Folder,
     /// A `PUT`: refused before it was written, so the folder never held it.
     Upload,
+    /// Another node's install, refused here before it was written; the version this node
+    /// served before keeps serving.
+    Cluster,
+}
+
+/// Where a new version comes from. Only the first two are this node's own installs, which
+/// the other nodes sharing the store are told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Folder,
+    Upload,
+    Cluster,
+}
+
+impl Source {
+    fn failure(self) -> FailureSource {
+        match self {
+            Source::Folder => FailureSource::Folder,
+            Source::Upload => FailureSource::Upload,
+            Source::Cluster => FailureSource::Cluster,
+        }
+    }
+
+    /// Whether the new version is written to the folder once it is accepted (the folder's own
+    /// file is there already).
+    fn writes_file(self) -> bool {
+        self != Source::Folder
+    }
 }
 
 /// How one sync of a plugin went.
@@ -106,6 +138,9 @@ pub struct PluginHost {
     /// The store whose nodes share the versions that calls park on (see
     /// [`PluginHost::sharing_versions_with`]).
     shared: Option<Arc<dyn JobStore>>,
+    /// Set once this node has caught up with the versions the other nodes serve; until then
+    /// its own installs (its folder at start) are not published.
+    joined: AtomicBool,
 }
 
 impl PluginHost {
@@ -122,6 +157,7 @@ impl PluginHost {
             one_change_at_a_time: tokio::sync::Mutex::new(()),
             listener: Mutex::new(None),
             shared: None,
+            joined: AtomicBool::new(false),
         }
     }
 
@@ -189,8 +225,10 @@ impl PluginHost {
             tokio::task::spawn_blocking(move || crate::plugin::read_component(&path)).await
         };
         match read {
-            Ok(Ok(bytes)) => self.install(name, bytes, None).await,
-            Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => self.retire(name),
+            Ok(Ok(bytes)) => self.install(name, bytes, Source::Folder).await,
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => {
+                self.retire(name, Source::Folder).await
+            }
             Ok(Err(error)) => self.fail(
                 name,
                 format!("cannot read {}: {error}", path.display()),
@@ -215,7 +253,7 @@ impl PluginHost {
     ) -> Result<(Change, PluginStatus), PluginRequestError> {
         check_name(name)?;
         let _one = self.one_change_at_a_time.lock().await;
-        let change = self.install(name, bytes, Some(&self.path_of(name))).await;
+        let change = self.install(name, bytes, Source::Upload).await;
         Ok((
             change,
             self.status(name).expect("an installed plugin has a status"),
@@ -235,7 +273,7 @@ impl PluginHost {
             }
             Err(error) => return Err(PluginRequestError::Io(error.to_string())),
         }
-        self.retire(name);
+        self.retire(name, Source::Upload).await;
         Ok(self.status(name).expect("a removed plugin has a status"))
     }
 
@@ -262,11 +300,17 @@ impl PluginHost {
     }
 
     /// The bytes of version `content_hash`, and where they came from: the archive, or else the
-    /// shared store (then also written to the archive, for the next time).
+    /// shared store (then also written to the archive, for the next time). Bytes that do not
+    /// hash to `content_hash` are refused before anything compiles them.
     async fn version_bytes(&self, content_hash: &str) -> Result<(Vec<u8>, String), String> {
         let path = self.archive.join(format!("{content_hash}.wasm"));
         let missing = match crate::plugin::read_component(&path) {
-            Ok(bytes) => return Ok((bytes, path.display().to_string())),
+            Ok(bytes) => {
+                let from = path.display().to_string();
+                return verified(bytes, content_hash, &from)
+                    .await
+                    .map(|b| (b, from));
+            }
             Err(error) => format!("cannot read {}: {error}", path.display()),
         };
         let Some(store) = self.shared.clone() else {
@@ -278,6 +322,7 @@ impl PluginHost {
             .map_err(|error| error.to_string())?;
         match fetched {
             Ok(Some(bytes)) => {
+                let bytes = verified(bytes, content_hash, "the store's copy").await?;
                 let (archive, copy) = (self.archive.clone(), bytes.clone());
                 let kept = tokio::task::spawn_blocking(move || {
                     std::fs::create_dir_all(&archive)
@@ -311,14 +356,12 @@ impl PluginHost {
         entries.get(name).map(|entry| self.status_of(name, entry))
     }
 
-    /// Loads `bytes` as the new version of `name`; with `write_to`, writes the file once the
-    /// version is accepted. The caller holds the change lock.
-    async fn install(&self, name: &str, bytes: Vec<u8>, write_to: Option<&Path>) -> Change {
-        let source = if write_to.is_some() {
-            FailureSource::Upload
-        } else {
-            FailureSource::Folder
-        };
+    /// Loads `bytes` as the new version of `name`, from `origin`; writes the file once the
+    /// version is accepted unless it came from the folder. The caller holds the change lock.
+    async fn install(&self, name: &str, bytes: Vec<u8>, origin: Source) -> Change {
+        let source = origin.failure();
+        let write_to = origin.writes_file().then(|| self.path_of(name));
+        let write_to = write_to.as_deref();
         // SHA-256 of a large component takes milliseconds: off the async threads.
         let (bytes, hash) = match tokio::task::spawn_blocking(move || {
             let hash = content_hash(&bytes);
@@ -349,9 +392,10 @@ impl PluginHost {
                 return self.fail(name, error, Some(hash), source);
             }
             // The file holds the serving version again (after a half-written copy, say): an
-            // earlier failure of the folder no longer describes it. A refused upload never
-            // reached the folder, so only a new upload clears it; the folder's own sync (of the
-            // version uploaded before it, say) leaves it shown.
+            // earlier failure of the folder no longer describes it. A refused upload (or
+            // another node's version refused here) never reached the folder, so only a new
+            // upload clears it; the folder's own sync (of the version uploaded before it, say)
+            // leaves it shown.
             let cleared = {
                 let mut entries = self.lock_entries();
                 let entry = entries.entry(name.to_owned()).or_default();
@@ -417,24 +461,28 @@ impl PluginHost {
             plugin = name,
             version = %short(&hash),
             tools = ?status.tools,
+            from = ?origin,
             "plugin version serving"
         );
         self.announce(&status);
         // After the swap, so the new version serves without waiting for the copy. Until it is
         // written, the plugin folder still holds the same bytes.
-        if let Err(error) = self.archive_version(name, &hash, bytes).await {
-            tracing::warn!(
+        let own = origin != Source::Cluster;
+        match self.archive_version(name, &hash, bytes, own).await {
+            Ok(()) if own => self.publish(name, Some(&hash)).await,
+            Ok(()) => {}
+            Err(error) => tracing::warn!(
                 plugin = name,
                 "version {} serves but is not archived; a call it parks cannot resume after a \
-                 restart that no longer finds it in the folder: {error}",
+                 restart that no longer finds it in the folder, nor on another node: {error}",
                 short(&hash)
-            );
+            ),
         }
         Change::Loaded
     }
 
-    /// Stops `name` taking new calls; its versions stay resumable.
-    fn retire(&self, name: &str) -> Change {
+    /// Stops `name` taking new calls (removed by `origin`); its versions stay resumable.
+    async fn retire(&self, name: &str, origin: Source) -> Change {
         let retired = {
             let mut entries = self.lock_entries();
             match entries.get_mut(name) {
@@ -459,9 +507,12 @@ impl PluginHost {
             catalog.keep_versions_of(&current);
             self.slot.replace(Arc::new(catalog));
         }
-        tracing::info!(plugin = name, "plugin removed: it takes no new calls");
+        tracing::info!(plugin = name, from = ?origin, "plugin removed: it takes no new calls");
         if let Some(status) = self.status(name) {
             self.announce(&status);
+        }
+        if origin != Source::Cluster {
+            self.publish(name, None).await;
         }
         Change::Removed
     }
@@ -496,11 +547,19 @@ impl PluginHost {
         Change::Failed(message)
     }
 
-    /// Keeps version `hash` of `name` in the archive and, where there is one, the shared store.
-    async fn archive_version(&self, name: &str, hash: &str, bytes: Vec<u8>) -> Result<(), String> {
+    /// Keeps version `hash` of `name` in the archive and, with `share` and where there is one,
+    /// the shared store (a version that came from there is there already).
+    async fn archive_version(
+        &self,
+        name: &str,
+        hash: &str,
+        bytes: Vec<u8>,
+        share: bool,
+    ) -> Result<(), String> {
         let archive = self.archive.clone();
         let path = archive.join(format!("{hash}.wasm"));
-        let (shared, name, hash) = (self.shared.clone(), name.to_owned(), hash.to_owned());
+        let shared = self.shared.clone().filter(|_| share);
+        let (name, hash) = (name.to_owned(), hash.to_owned());
         tokio::task::spawn_blocking(move || {
             if let Some(store) = shared {
                 store
@@ -573,8 +632,6 @@ fn check_name(name: &str) -> Result<(), PluginRequestError> {
     }
 }
 
-/// Writes through a hidden temporary file and a rename, so a reader (the folder watcher, a
-/// restart) sees the old file or the new one, never a part.
 #[async_trait::async_trait]
 impl crate::worker::Versions for PluginHost {
     async fn restore(&self, name: &str, content_hash: &str) -> Result<(), String> {
@@ -586,6 +643,26 @@ impl crate::worker::Versions for PluginHost {
     }
 }
 
+/// `bytes`, if they are version `content_hash`; `from` names where they were read.
+async fn verified(bytes: Vec<u8>, expected: &str, from: &str) -> Result<Vec<u8>, String> {
+    // SHA-256 of a large component takes milliseconds: off the async threads.
+    let (bytes, found) = tokio::task::spawn_blocking(move || {
+        let found = content_hash(&bytes);
+        (bytes, found)
+    })
+    .await
+    .map_err(|error| error.to_string())?;
+    if found == expected {
+        Ok(bytes)
+    } else {
+        Err(format!(
+            "{from} is not version {expected}: its bytes hash to {found}; refused"
+        ))
+    }
+}
+
+/// Writes through a hidden temporary file and a rename, so a reader (the folder watcher, a
+/// restart) sees the old file or the new one, never a part.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let file = path.file_name().unwrap_or_default().to_string_lossy();
@@ -609,132 +686,4 @@ pub(super) fn now_ms() -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plugin_files_are_visible_wasm_files() {
-        assert_eq!(
-            plugin_file_name(Path::new("/p/echo.wasm")),
-            Some("echo".into())
-        );
-        assert_eq!(plugin_file_name(Path::new("/p/echo.wat")), None);
-        assert_eq!(plugin_file_name(Path::new("/p/.echo.wasm.1.partial")), None);
-        assert_eq!(plugin_file_name(Path::new("/p/.hidden.wasm")), None);
-    }
-
-    /// A plugin host over an empty plugin folder (`dir`) in a new folder, with its archive.
-    fn host_in_a_new_folder() -> (tempfile::TempDir, PathBuf, PluginHost) {
-        let folder = tempfile::tempdir().unwrap();
-        let dir = folder.path().join("plugins");
-        std::fs::create_dir(&dir).unwrap();
-        let runtime = Runtime::new(crate::plugin::RuntimeConfig::default()).unwrap();
-        let host = PluginHost::new(
-            runtime,
-            dir.clone(),
-            folder.path().join("versions"),
-            Policy::default(),
-        );
-        (folder, dir, host)
-    }
-
-    #[tokio::test]
-    async fn a_failed_version_never_serves_and_a_removed_one_stays_resumable() {
-        let (folder, dir, host) = host_in_a_new_folder();
-        let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
-        let path = dir.join("echo.wasm");
-        std::fs::write(&path, &echo).unwrap();
-        assert_eq!(host.sync("echo").await, Change::Loaded);
-        let hash = content_hash(&echo);
-        assert!(host.slot().current().plugin_for("echo").is_some());
-        assert!(
-            folder
-                .path()
-                .join(format!("versions/{hash}.wasm"))
-                .is_file()
-        );
-
-        // A half-written file: refused, reported, and the loaded version keeps serving.
-        std::fs::write(&path, &echo[..echo.len() / 2]).unwrap();
-        assert!(matches!(host.sync("echo").await, Change::Failed(_)));
-        let status = host.status("echo").unwrap();
-        assert_eq!(status.status, ServingState::Serving);
-        assert_eq!(status.content_hash.as_deref(), Some(hash.as_str()));
-        assert!(status.last_error.is_some());
-        // The whole file again: nothing to reload, and the failure is no longer shown.
-        std::fs::write(&path, &echo).unwrap();
-        assert_eq!(host.sync("echo").await, Change::Unchanged);
-        assert!(host.status("echo").unwrap().last_error.is_none());
-
-        std::fs::remove_file(&path).unwrap();
-        assert_eq!(host.sync("echo").await, Change::Removed);
-        let catalog = host.slot().current();
-        assert!(catalog.plugin_for("echo").is_none(), "takes no new calls");
-        assert!(
-            catalog.pinned(&hash).is_some(),
-            "a parked call still resumes on it"
-        );
-        assert_eq!(host.status("echo").unwrap().status, ServingState::Removed);
-    }
-
-    #[tokio::test]
-    async fn a_second_plugin_offering_a_tool_already_offered_is_refused_and_the_first_serves() {
-        let (_folder, dir, host) = host_in_a_new_folder();
-        let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
-        std::fs::write(dir.join("echo.wasm"), &echo).unwrap();
-        std::fs::write(dir.join("echo2.wasm"), &echo).unwrap();
-        assert_eq!(host.sync("echo").await, Change::Loaded);
-        assert_eq!(
-            host.sync("echo2").await,
-            Change::Failed("tool `echo` is offered by two plugins: `echo` and `echo2`".into())
-        );
-        let catalog = host.slot().current();
-        assert_eq!(catalog.plugin_for("echo").unwrap().name(), "echo");
-        let refused = host.status("echo2").unwrap();
-        assert_eq!(refused.status, ServingState::Failed);
-        assert!(refused.last_error.is_some());
-        // Once the first is gone, the second may offer it.
-        std::fs::remove_file(dir.join("echo.wasm")).unwrap();
-        assert_eq!(host.sync("echo").await, Change::Removed);
-        assert_eq!(host.sync("echo2").await, Change::Loaded);
-        assert_eq!(
-            host.slot().current().plugin_for("echo").unwrap().name(),
-            "echo2"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_refused_upload_stays_reported_until_the_next_upload() {
-        let (_folder, dir, host) = host_in_a_new_folder();
-        let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
-        let (change, _) = host.upload("echo", echo.clone()).await.unwrap();
-        assert_eq!(change, Change::Loaded);
-        let broken = std::fs::read(maestro_plugins::WRONG_WORLD).unwrap();
-        let (change, status) = host.upload("echo", broken).await.unwrap();
-        assert!(matches!(change, Change::Failed(_)), "{change:?}");
-        assert_eq!(status.status, ServingState::Serving);
-        assert_eq!(std::fs::read(dir.join("echo.wasm")).unwrap(), echo);
-        let failure = status.last_error.expect("the refusal is reported");
-        assert_eq!(failure.source, FailureSource::Upload);
-
-        // The folder's sync of the first upload's file (the watcher's, arriving late) finds
-        // the serving version: the refused upload is still the news.
-        assert_eq!(host.sync("echo").await, Change::Unchanged);
-        assert_eq!(host.status("echo").unwrap().last_error, Some(failure));
-        // Uploading the serving version again answers it.
-        let (change, status) = host.upload("echo", echo).await.unwrap();
-        assert_eq!(change, Change::Unchanged);
-        assert_eq!(status.last_error, None);
-    }
-
-    #[test]
-    fn names_are_checked_before_touching_the_folder() {
-        assert!(check_name("render_table-2").is_ok());
-        for bad in ["", "../x", "a/b", "a.b", &"x".repeat(65)] {
-            assert!(
-                matches!(check_name(bad), Err(PluginRequestError::BadName(_))),
-                "{bad}"
-            );
-        }
-    }
-}
+mod tests;
