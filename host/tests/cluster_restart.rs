@@ -43,9 +43,15 @@ fn three_nodes_ride_out_a_database_restart_and_finish_every_job_once() {
             failures <= 3,
             "node {node} said the failure {failures} times:\n{log}"
         );
-        assert!(
-            failures == 0 || log.contains("the store answers again"),
-            "node {node} never said the store was back:\n{log}"
-        );
     }
+    // A node may sleep through the whole recovery in its longest pause while the others finish
+    // the jobs; one that went on working says when the store came back.
+    assert!(
+        logs.iter()
+            .any(|log| log.contains("the store answers again"))
+            || logs
+                .iter()
+                .all(|log| !log.contains("the store has failed for")),
+        "no node said the store was back: {logs:#?}"
+    );
 }

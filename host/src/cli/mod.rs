@@ -81,6 +81,14 @@ impl Failure {
         }
     }
 
+    /// The command ran and could not finish, for this reason (exit code 1).
+    pub fn failed(message: impl std::fmt::Display) -> Self {
+        Self {
+            code: ExitCode::from(1),
+            message: Some(message.to_string()),
+        }
+    }
+
     /// The output already told what happened.
     pub fn reported(code: u8) -> Self {
         Self {

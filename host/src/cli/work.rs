@@ -84,7 +84,13 @@ pub async fn execute(command: &WorkCommand, runtime: Runtime) -> Result<(), Fail
         "worker done: {} run(s), {} lost lease(s)",
         stats.runs, stats.lost_leases
     );
-    Ok(())
+    match stats.gave_up {
+        Some(reason) => Err(Failure::failed(format!(
+            "{reason}; stopped before every job ran, as --until-idle asks: the jobs stay in the \
+             store, and a worker started once it answers again takes them up"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// One stderr line per park and end (and every event with `-v`).

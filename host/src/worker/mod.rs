@@ -50,10 +50,13 @@ impl Default for WorkerConfig {
 }
 
 /// What a worker did, for logs and tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkerStats {
     pub runs: u64,
     pub lost_leases: u64,
+    /// Why a worker run `until_idle` stopped before its jobs were done: the store failed
+    /// with no run saved, for longer than a lease.
+    pub gave_up: Option<String>,
 }
 
 pub struct Worker {
@@ -123,11 +126,13 @@ impl Worker {
     }
 
     pub fn stats(&self) -> WorkerStats {
-        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
+        self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Runs the runners until `stop` is cancelled; with `until_idle`, also stops once no job is
-    /// pending or running anywhere (waiting jobs wait for someone else).
+    /// pending or running anywhere (waiting jobs wait for someone else), or once the store has
+    /// failed, with no run saved, for longer than a lease ([`WorkerStats::gave_up`]): a batch
+    /// run on a full disk ends with the reason instead of waiting for space forever.
     pub async fn run(self: &Arc<Self>, stop: CancelFlag, until_idle: bool) -> WorkerStats {
         let heard = self
             .store
@@ -158,6 +163,9 @@ impl Worker {
         // meanwhile, as a job claimed just before a stop does.
         let mut next = None;
         loop {
+            if until_idle && self.give_up_on_the_store() {
+                return;
+            }
             if let Some(claimed) = next.take() {
                 next = self.run_claimed(&owner, claimed, &stop).await;
                 continue;
@@ -181,6 +189,7 @@ impl Worker {
                         tokio::time::sleep(pause).await;
                         continue;
                     }
+                    self.outage.progressed();
                     if expired.is_ok_and(|expired| expired > 0) {
                         continue;
                     }
@@ -223,6 +232,26 @@ impl Worker {
             saved = self.store.save_async(&ran.state, &ran.events, owner).await;
         }
         saved
+    }
+
+    /// Whether the store has failed, with no progress, for longer than a lease; if so, records
+    /// it as the reason the worker stops.
+    fn give_up_on_the_store(&self) -> bool {
+        let Some((failing, said)) = self.outage.failing() else {
+            return false;
+        };
+        if failing < self.config.lease {
+            return false;
+        }
+        let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        stats.gave_up.get_or_insert_with(|| {
+            format!(
+                "the store has failed for {:.1} s, longer than a lease ({} ms): {said}",
+                failing.as_secs_f64(),
+                self.config.lease.as_millis()
+            )
+        });
+        true
     }
 
     async fn idle(&self) {
@@ -271,16 +300,22 @@ impl Worker {
                     next: Err(error),
                 });
             let next = handoff.next.unwrap_or_else(|error| {
-                tracing::error!("cannot claim a job: {error}");
+                let failed: Result<(), _> = Err(error);
+                if self.outage.check("cannot claim a job", &failed).is_none()
+                    && let Err(error) = failed
+                {
+                    tracing::error!("cannot claim a job: {error}");
+                }
                 None
             });
             let saved = self.save_through_outage(&ran, owner, handoff.saved).await;
             (ran.saved(saved), next)
         };
-        if done.saved.is_ok()
-            && let Some(observer) = &self.observer
-        {
-            observer.on_saved(&done.state.id, done.state.status);
+        if done.saved.is_ok() {
+            self.outage.progressed();
+            if let Some(observer) = &self.observer {
+                observer.on_saved(&done.state.id, done.state.status);
+            }
         }
         match &done.saved {
             Ok(()) if done.state.status.is_final() && done.state.parent.is_some() => {
@@ -291,6 +326,11 @@ impl Worker {
             Err(StoreError::LeaseLost { .. }) => {
                 tracing::warn!(job = %done.state.id, "lost the lease mid-run; another runner has the job");
             }
+            Err(StoreError::Database { .. }) => tracing::warn!(
+                job = %done.state.id,
+                "the store failed to save this run; the job is taken up again from its last save \
+                 once its lease ends"
+            ),
             Err(error) => tracing::error!(job = %done.state.id, "cannot save the job: {error}"),
         }
         let mut total = self.stats.lock().unwrap_or_else(|e| e.into_inner());

@@ -2,8 +2,10 @@
 //! disk): they wait longer after each failure, say so once rather than on every attempt, and
 //! say when the store answers again.
 //!
-//! Invariant: only failures of the store itself ([`StoreError::Database`]) count; a store that
-//! refuses a change (a lost lease, a stale answer) is answering. The pause after a failure grows
+//! Invariant: only failures of the store itself ([`StoreError::Database`]) count as failures,
+//! and only progress ends one: a run saved, or nothing left to claim. A store that refuses a
+//! change (a lost lease), or takes a claim but then cannot save the run, has not recovered: a
+//! full disk can still take the few bytes of a claim. The pause after a failure grows
 //! from [`FIRST_PAUSE`] to [`LONGEST_PAUSE`] and drops back at the first success; a failure is
 //! logged at its start and then at most every [`SAY_AGAIN`] while it lasts.
 
@@ -37,6 +39,8 @@ struct State {
     /// A failure was said and its end not yet.
     unresolved: bool,
     failures: u32,
+    /// What the last failure said.
+    last_error: String,
 }
 
 impl Outage {
@@ -46,6 +50,7 @@ impl Outage {
         let now = Instant::now();
         let since = *state.since.get_or_insert(now);
         state.failures = state.failures.saturating_add(1);
+        state.last_error = format!("{doing}: {error}");
         let pause = FIRST_PAUSE
             .saturating_mul(1 << (state.failures - 1).min(6))
             .min(LONGEST_PAUSE);
@@ -65,8 +70,8 @@ impl Outage {
         pause
     }
 
-    /// Records that the store answered.
-    pub fn answered(&self) {
+    /// Records that the store made progress: it saved a run, or said there is nothing to claim.
+    pub fn progressed(&self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(since) = state.since.take() {
             if state.unresolved {
@@ -81,14 +86,20 @@ impl Outage {
         }
     }
 
+    /// How long the store has failed with no progress, and what it last said; `None` once it
+    /// progresses again.
+    pub fn failing(&self) -> Option<(Duration, String)> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state
+            .since
+            .map(|since| (since.elapsed(), state.last_error.clone()))
+    }
+
     /// Whether `result` is a failure of the store, and if so records it: the pause to wait.
     pub fn check<T>(&self, doing: &str, result: &Result<T, StoreError>) -> Option<Duration> {
         match result {
             Err(error @ StoreError::Database { .. }) => Some(self.failed(doing, error)),
-            _ => {
-                self.answered();
-                None
-            }
+            _ => None,
         }
     }
 }
@@ -120,8 +131,28 @@ mod tests {
         assert_eq!(
             outage.check("cannot save", &refused),
             None,
-            "a refusal is an answer"
+            "a refusal is no failure"
         );
+        assert_eq!(outage.check("claimed", &Ok(())), None);
+        assert!(
+            outage.failing().is_some(),
+            "nor do a refusal and a claim end one: a full disk takes a claim, not a save"
+        );
+        outage.progressed();
         assert_eq!(outage.failed("cannot claim a job", &failure()), FIRST_PAUSE);
+    }
+
+    #[test]
+    fn a_failure_lasts_until_the_store_answers_and_says_what_failed() {
+        let outage = Outage::default();
+        assert!(outage.failing().is_none());
+        outage.failed("cannot claim a job", &failure());
+        let (_, said) = outage.failing().expect("failing");
+        assert_eq!(
+            said,
+            "cannot claim a job: store jobs.db: database or disk is full"
+        );
+        outage.progressed();
+        assert!(outage.failing().is_none());
     }
 }

@@ -1,6 +1,7 @@
-//! Three `maestro work` nodes on one PostgreSQL database, as real processes, with 300 jobs
-//! that each park on a question and are answered as soon as they do: what the failure tests
-//! (a node SIGKILLed, the database restarted) run, and what they check afterwards.
+//! Three `maestro work` nodes on one store (a PostgreSQL database, or a SQLite file on a disk
+//! that fills up), as real processes, with 300 jobs that each park on a question and are
+//! answered as soon as they do: what the failure tests (a node SIGKILLed, the database
+//! restarted, the disk full) run, and what they check afterwards.
 
 #![allow(dead_code)]
 
@@ -41,7 +42,11 @@ impl Cluster {
     /// `hold_back_half`, the second half of the jobs park and wait until
     /// [`Cluster::answer_the_rest`].
     pub fn start(database: TestDatabase, hold_back_half: bool) -> Self {
-        let workspace = Workspace::on_postgres(database);
+        Self::start_in(Workspace::on_postgres(database), hold_back_half)
+    }
+
+    /// [`Cluster::start`] on the store of `workspace`.
+    pub fn start_in(workspace: Workspace, hold_back_half: bool) -> Self {
         let store = workspace.store();
         let create = |input: &str| {
             let job = JobState::new(new_job_id(), "ask", "ask", input.to_owned());

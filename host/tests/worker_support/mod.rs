@@ -93,6 +93,8 @@ turns:
 pub struct Workspace {
     dir: tempfile::TempDir,
     database: Option<TestDatabase>,
+    /// A SQLite store elsewhere than `jobs.db` in the folder.
+    store_file: Option<PathBuf>,
 }
 
 impl Workspace {
@@ -104,11 +106,20 @@ impl Workspace {
         }
     }
 
+    /// A workspace whose store is the SQLite file `store`.
+    pub fn on_sqlite_at(store: PathBuf) -> Self {
+        Self {
+            store_file: Some(store),
+            ..Self::new()
+        }
+    }
+
     /// The store's address, as `--store` takes it.
     pub fn store_address(&self) -> String {
-        match &self.database {
-            Some(database) => database.url.clone(),
-            None => self.path("jobs.db").display().to_string(),
+        match (&self.database, &self.store_file) {
+            (Some(database), _) => database.url.clone(),
+            (None, Some(file)) => file.display().to_string(),
+            (None, None) => self.path("jobs.db").display().to_string(),
         }
     }
 
@@ -134,6 +145,7 @@ impl Workspace {
         Self {
             dir,
             database: None,
+            store_file: None,
         }
     }
 
