@@ -4,10 +4,12 @@
 //!
 //! A cycle is what `cycle_throughput` measures: a runner claims a job, runs it until `complete`
 //! parks on a question and saves it; an answerer records the answer; a runner claims it again,
-//! resumes the parked call, runs it to the end and saves it. A node is a store of its own (its
-//! connection pool and its listening connection) and a worker of its own with 16 runners; the
-//! nodes of a round run in this one process, on the machine's two cores with the database
-//! server, as processes on one machine would. Each round has a new database.
+//! resumes the parked call, runs it to the end and saves it. A PostgreSQL node is a process of
+//! its own (this bench run again with `--node`): its store (a connection pool and a listening
+//! connection) and a worker with 16 runners, woken by the database's notifications. This
+//! process creates the jobs and answers each as its node says it parked, also from the
+//! notifications. The nodes share the machine's two cores with the database server. The SQLite
+//! node runs in this process, as `maestro serve` would. Each round has a new database.
 //!
 //! Written per cycle: for PostgreSQL, the write-ahead log the round added (`pg_current_wal_lsn`),
 //! which every change goes through; for SQLite, what this process wrote (`/proc/self/io`).
@@ -15,12 +17,14 @@
 //! `.ci/postgres start` prints a cluster's URL; then
 //! `MAESTRO_BENCH_POSTGRES=postgres://… cargo bench -p maestro-benches --bench cluster_throughput`.
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use maestro::engine::{CancelFlag, Engine, JobStatus};
-use maestro::store::{JobStore, PostgresStore, SqliteStore};
+use maestro::store::{JobChange, JobStore, PostgresStore, SqliteStore};
 use maestro::worker::{Worker, WorkerConfig};
 use maestro_benches::{Cycles, answer_parked, rate_with_range};
 use tokio::sync::Notify;
@@ -38,6 +42,12 @@ struct Round {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, url, name] = args.as_slice()
+        && flag == "--node"
+    {
+        return node(url, name);
+    }
     let Some(admin) = std::env::var("MAESTRO_BENCH_POSTGRES")
         .ok()
         .filter(|url| !url.is_empty())
@@ -66,7 +76,7 @@ fn main() {
             let dir = tempfile::tempdir().expect("temp dir");
             let store: Arc<dyn JobStore> =
                 Arc::new(SqliteStore::open(dir.path().join("jobs.db")).expect("store opens"));
-            measure(&rt, &engine, &[store], &process_bytes_written)
+            measure(&rt, &engine, store, &process_bytes_written)
         })
         .collect();
     report("SQLite", 1, &sqlite);
@@ -75,14 +85,7 @@ fn main() {
         let rounds: Vec<Round> = (0..ROUNDS)
             .map(|_| {
                 let database = Database::new(&admin);
-                let stores: Vec<Arc<dyn JobStore>> = (0..nodes)
-                    .map(|_| {
-                        Arc::new(PostgresStore::open(&database.url).expect("store opens"))
-                            as Arc<dyn JobStore>
-                    })
-                    .collect();
-                let url = database.url.clone();
-                measure(&rt, &engine, &stores, &move || wal_position(&url))
+                measure_nodes(&rt, &engine, &database.url, nodes)
             })
             .collect();
         for round in &rounds {
@@ -99,81 +102,180 @@ fn main() {
     );
 }
 
-/// Creates `JOBS` jobs, then runs a worker per store until each job has parked, been answered
-/// and completed; `written` reads the bytes written so far.
+/// Creates `JOBS` jobs, then runs a worker on `store` in this process until each job has
+/// parked, been answered and completed; `written` reads the bytes written so far.
 fn measure(
     rt: &tokio::runtime::Runtime,
     engine: &Arc<Engine>,
-    stores: &[Arc<dyn JobStore>],
+    store: Arc<dyn JobStore>,
     written: &dyn Fn() -> u64,
 ) -> Round {
-    for n in 0..JOBS {
-        let job = engine
-            .new_job(format!("job-{n:06}"), Some("chat"), "hello".into())
-            .unwrap();
-        stores[0].create(&job).unwrap();
-    }
+    create_jobs(engine, &*store);
     let (parked, to_answer) = std::sync::mpsc::channel();
     let stop = CancelFlag::default();
     let bench = Arc::new(Cycles::new(JOBS, parked, stop.clone()));
     let wake = Arc::new(Notify::new());
-    let workers: Vec<Arc<Worker>> = stores
-        .iter()
-        .enumerate()
-        .map(|(node, store)| {
-            Arc::new(
-                Worker::new(
-                    store.clone(),
-                    engine.clone(),
-                    WorkerConfig {
-                        runners: RUNNERS_PER_NODE,
-                        idle_poll: Duration::from_millis(5),
-                        name: format!("node-{node}"),
-                        ..WorkerConfig::default()
-                    },
-                    wake.clone(),
-                )
-                .with_observer(bench.clone()),
-            )
-        })
-        .collect();
-    let to_answer = Arc::new(Mutex::new(to_answer));
-    let answerers: Vec<_> = (0..ANSWERERS)
-        .map(|index| {
-            let store = stores[index % stores.len()].clone();
-            let (to_answer, wake) = (to_answer.clone(), wake.clone());
-            std::thread::spawn(move || answer_parked(&*store, &to_answer, &wake))
-        })
-        .collect();
+    let worker = Arc::new(
+        Worker::new(
+            store.clone(),
+            engine.clone(),
+            node_config("node-0"),
+            wake.clone(),
+        )
+        .with_observer(bench.clone()),
+    );
+    let answerers = answerers(&store, to_answer, &wake);
     let written_before = written();
     let started = Instant::now();
-    rt.block_on(async {
-        let runs: Vec<_> = workers
-            .iter()
-            .map(|worker| {
-                let (worker, stop) = (worker.clone(), stop.clone());
-                tokio::spawn(async move { worker.run(stop, false).await })
-            })
-            .collect();
-        for run in runs {
-            run.await.expect("worker");
-        }
-    });
+    rt.block_on(worker.run(stop, false));
     let elapsed = started.elapsed();
     let written = written() - written_before;
-    drop(workers);
+    drop(worker);
     drop(bench.parked.lock().unwrap().take());
     for answerer in answerers {
         answerer.join().expect("answerer");
     }
-    let completed = stores[0]
-        .list(Some(JobStatus::Completed), JOBS + 1)
-        .unwrap();
-    assert_eq!(completed.len(), JOBS);
+    check_completed(&*store);
     Round {
         elapsed,
         written_per_cycle: written / JOBS as u64,
     }
+}
+
+/// [`measure`] with `nodes` node processes on the database `url`: this process creates the
+/// jobs, starts the nodes, and answers each job the database says parked, until it says every
+/// job completed.
+fn measure_nodes(
+    rt: &tokio::runtime::Runtime,
+    engine: &Arc<Engine>,
+    url: &str,
+    nodes: usize,
+) -> Round {
+    let store: Arc<dyn JobStore> = Arc::new(PostgresStore::open(url).expect("store opens"));
+    let mut heard = store.changes().expect("PostgreSQL tells of changes");
+    create_jobs(engine, &*store);
+    let mut processes: Vec<Child> = (0..nodes)
+        .map(|index| {
+            Command::new(std::env::current_exe().expect("this bench"))
+                .args(["--node", url, &format!("node-{index}")])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("a node starts")
+        })
+        .collect();
+    for process in &mut processes {
+        let mut ready = String::new();
+        BufReader::new(process.stdout.as_mut().expect("stdout"))
+            .read_line(&mut ready)
+            .expect("the node says it is ready");
+        assert_eq!(ready.trim(), "ready");
+    }
+    let (parked, to_answer) = std::sync::mpsc::channel();
+    let answerers = answerers(&store, to_answer, &Arc::new(Notify::new()));
+    let written_before = wal_position(url);
+    let started = Instant::now();
+    for process in &mut processes {
+        let go = process.stdin.as_mut().expect("stdin");
+        go.write_all(b"go\n").and_then(|()| go.flush()).expect("go");
+    }
+    rt.block_on(async {
+        let mut completed = 0;
+        while completed < JOBS {
+            match heard.recv().await.expect("the database's notifications") {
+                JobChange::Saved {
+                    job,
+                    status: JobStatus::WaitingHuman,
+                } => parked.send(job).expect("answerers"),
+                JobChange::Saved {
+                    status: JobStatus::Completed,
+                    ..
+                } => completed += 1,
+                JobChange::Missed => panic!("the bench lost the database's notifications"),
+                _ => {}
+            }
+        }
+    });
+    let elapsed = started.elapsed();
+    let written = wal_position(url) - written_before;
+    for mut process in processes {
+        drop(process.stdin.take());
+        process.wait().expect("the node stops");
+    }
+    drop(parked);
+    for answerer in answerers {
+        answerer.join().expect("answerer");
+    }
+    check_completed(&*store);
+    Round {
+        elapsed,
+        written_per_cycle: written / JOBS as u64,
+    }
+}
+
+/// A node process: a worker on the database `url`, which starts on a line on stdin and stops
+/// when stdin closes.
+fn node(url: &str, name: &str) {
+    let (rt, engine, _cache) = maestro_benches::threaded_chat_engine();
+    let store: Arc<dyn JobStore> = Arc::new(PostgresStore::open(url).expect("store opens"));
+    let worker = Arc::new(Worker::new(
+        store,
+        engine,
+        node_config(name),
+        Arc::new(Notify::new()),
+    ));
+    println!("ready");
+    let stop = CancelFlag::default();
+    let (go, went) = std::sync::mpsc::channel();
+    let on_close = stop.clone();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut line = String::new();
+        let _ = stdin.read_line(&mut line);
+        let _ = go.send(());
+        let _ = std::io::copy(&mut stdin, &mut std::io::sink());
+        on_close.cancel();
+    });
+    went.recv().expect("go");
+    rt.block_on(worker.run(stop, false));
+}
+
+fn node_config(name: &str) -> WorkerConfig {
+    WorkerConfig {
+        runners: RUNNERS_PER_NODE,
+        idle_poll: Duration::from_millis(5),
+        name: name.to_owned(),
+        ..WorkerConfig::default()
+    }
+}
+
+fn create_jobs(engine: &Engine, store: &dyn JobStore) {
+    for n in 0..JOBS {
+        let job = engine
+            .new_job(format!("job-{n:06}"), Some("chat"), "hello".into())
+            .unwrap();
+        store.create(&job).unwrap();
+    }
+}
+
+/// Threads that answer the jobs sent to `to_answer` until its sender is gone.
+fn answerers(
+    store: &Arc<dyn JobStore>,
+    to_answer: std::sync::mpsc::Receiver<String>,
+    wake: &Arc<Notify>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let to_answer = Arc::new(Mutex::new(to_answer));
+    (0..ANSWERERS)
+        .map(|_| {
+            let (store, to_answer, wake) = (store.clone(), to_answer.clone(), wake.clone());
+            std::thread::spawn(move || answer_parked(&*store, &to_answer, &wake))
+        })
+        .collect()
+}
+
+fn check_completed(store: &dyn JobStore) {
+    let completed = store.list(Some(JobStatus::Completed), JOBS + 1).unwrap();
+    assert_eq!(completed.len(), JOBS);
 }
 
 /// Bytes this process has written so far.
