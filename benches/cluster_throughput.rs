@@ -182,7 +182,11 @@ fn measure_nodes(
     rt.block_on(async {
         let mut completed = 0;
         while completed < JOBS {
-            match heard.recv().await.expect("the database's notifications") {
+            let next = tokio::time::timeout(Duration::from_secs(120), heard.recv()).await;
+            let change = next
+                .expect("a node stopped: no change for 2 minutes")
+                .expect("the database's notifications keep up");
+            match change {
                 JobChange::Saved {
                     job,
                     status: JobStatus::WaitingHuman,

@@ -132,6 +132,12 @@ async fn a_call_parked_on_one_node_resumes_on_another_that_never_loaded_its_vers
         .content_hash
         .clone();
     assert_eq!(parked_on, pinned);
+    let published = store.published_plugins().unwrap();
+    assert!(
+        published.iter().any(|record| record.name == "request_tool"
+            && record.content_hash.as_deref() == Some(pinned.as_str())),
+        "node A published its folder's version when it started: {published:?}"
+    );
     let second = upload(
         &a,
         "request_tool",

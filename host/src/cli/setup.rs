@@ -464,8 +464,6 @@ impl Setup {
         Ok(policy)
     }
 
-    /// Where every plugin version that ever served is kept: `server.archive`, else
-    /// `plugin-versions` beside the store file (beside the default one for a database).
     /// The live plugin host over the folder `dir`: every plugin loaded (a failure is printed as
     /// a warning), versions archived and kept in `store`, and, where the store is shared by
     /// many nodes, caught up with and following the versions the other nodes install (the task
@@ -497,6 +495,8 @@ impl Setup {
         Ok((plugins, follower))
     }
 
+    /// Where every plugin version that ever served is kept: `server.archive`, else
+    /// `plugin-versions` beside the store file (beside the default one for a database).
     pub fn archive(&self) -> PathBuf {
         self.server.archive.clone().unwrap_or_else(|| {
             let beside = match &self.store {

@@ -1,11 +1,12 @@
 //! `maestro work`: run the jobs of a store with N concurrent runners, until Ctrl-C (or, with
 //! `--until-idle`, until no job is pending or running).
 //!
-//! Invariant: this command only claims, runs and saves; everything it does to a job is in the
-//! store, so any number of `maestro work` processes may share one store file, and killing one
-//! loses no job (its leases expire and the others take over). On a store shared by many nodes
-//! (PostgreSQL) its plugins follow the versions the other nodes install, and a call parked on
-//! a version it never loaded resumes on that version, fetched from the store.
+//! Invariant: to jobs this command only claims, runs and saves; everything it does to a job is
+//! in the store, so any number of `maestro work` processes may share one store file, and
+//! killing one loses no job (its leases expire and the others take over). On a store shared by
+//! many nodes (PostgreSQL) its plugin folder follows the versions the other nodes install (it
+//! publishes its own folder's at start), and a call parked on a version it never loaded
+//! resumes on that version, fetched from the store.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -163,14 +163,14 @@ impl Worker {
         // meanwhile, as a job claimed just before a stop does.
         let mut next = None;
         loop {
-            if until_idle && self.give_up_on_the_store() {
-                return;
-            }
             if let Some(claimed) = next.take() {
                 next = self.run_claimed(&owner, claimed, &stop).await;
                 continue;
             }
             if stop.is_cancelled() {
+                return;
+            }
+            if until_idle && self.give_up_on_the_store(&stop) {
                 return;
             }
             let claimed = self
@@ -189,7 +189,7 @@ impl Worker {
                         tokio::time::sleep(pause).await;
                         continue;
                     }
-                    self.outage.progressed();
+                    self.outage.nothing_to_claim();
                     if expired.is_ok_and(|expired| expired > 0) {
                         continue;
                     }
@@ -224,7 +224,7 @@ impl Worker {
             return saved;
         }
         let give_up = tokio::time::Instant::now() + self.config.lease / 2;
-        while let Some(pause) = self.outage.check("cannot save a job", &saved) {
+        while let Some(pause) = self.outage.check_save(&saved) {
             if tokio::time::Instant::now() + pause >= give_up {
                 break;
             }
@@ -234,15 +234,17 @@ impl Worker {
         saved
     }
 
-    /// Whether the store has failed, with no progress, for longer than a lease; if so, records
-    /// it as the reason the worker stops.
-    fn give_up_on_the_store(&self) -> bool {
-        let Some((failing, said)) = self.outage.failing() else {
+    /// Whether the store fails still and has failed, with no progress, for longer than a
+    /// lease; if so, records it as the reason the worker stops, and stops every runner.
+    fn give_up_on_the_store(&self, stop: &CancelFlag) -> bool {
+        let Some((failing, last_failed, said)) = self.outage.failing() else {
             return false;
         };
-        if failing < self.config.lease {
+        // A failure older than the longest pause is over, whatever came since (a refusal).
+        if failing < self.config.lease || last_failed > outage::LONGEST_PAUSE * 2 {
             return false;
         }
+        stop.cancel();
         let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         stats.gave_up.get_or_insert_with(|| {
             format!(

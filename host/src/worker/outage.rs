@@ -6,7 +6,7 @@
 //! and only progress ends one: a run saved, or nothing left to claim. A store that refuses a
 //! change (a lost lease), or takes a claim but then cannot save the run, has not recovered: a
 //! full disk can still take the few bytes of a claim. The pause after a failure grows
-//! from [`FIRST_PAUSE`] to [`LONGEST_PAUSE`] and drops back at the first success; a failure is
+//! from [`FIRST_PAUSE`] to [`LONGEST_PAUSE`] and drops back at the first progress; a failure is
 //! logged at its start and then at most every [`SAY_AGAIN`] while it lasts.
 
 use std::sync::Mutex;
@@ -39,8 +39,12 @@ struct State {
     /// A failure was said and its end not yet.
     unresolved: bool,
     failures: u32,
-    /// What the last failure said.
+    /// What the last failure said, and when.
     last_error: String,
+    last_failed: Option<Instant>,
+    /// A save failed during this outage: then "nothing to claim" is no sign of recovery (a
+    /// full disk takes a claim's few bytes and refuses a save's).
+    save_failed: bool,
 }
 
 impl Outage {
@@ -51,6 +55,7 @@ impl Outage {
         let since = *state.since.get_or_insert(now);
         state.failures = state.failures.saturating_add(1);
         state.last_error = format!("{doing}: {error}");
+        state.last_failed = Some(now);
         let pause = FIRST_PAUSE
             .saturating_mul(1 << (state.failures - 1).min(6))
             .min(LONGEST_PAUSE);
@@ -70,9 +75,23 @@ impl Outage {
         pause
     }
 
-    /// Records that the store made progress: it saved a run, or said there is nothing to claim.
+    /// Records that the store said there is nothing to claim: progress, unless a save failed
+    /// during this outage.
+    pub fn nothing_to_claim(&self) {
+        let save_failed = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .save_failed;
+        if !save_failed {
+            self.progressed();
+        }
+    }
+
+    /// Records that the store made progress: it saved a run.
     pub fn progressed(&self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.save_failed = false;
         if let Some(since) = state.since.take() {
             if state.unresolved {
                 tracing::warn!(
@@ -86,13 +105,24 @@ impl Outage {
         }
     }
 
-    /// How long the store has failed with no progress, and what it last said; `None` once it
-    /// progresses again.
-    pub fn failing(&self) -> Option<(Duration, String)> {
+    /// How long the store has failed with no progress, how long ago it last failed, and what it
+    /// last said; `None` once it progresses again.
+    pub fn failing(&self) -> Option<(Duration, Duration, String)> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state
-            .since
-            .map(|since| (since.elapsed(), state.last_error.clone()))
+        let (since, last) = (state.since?, state.last_failed?);
+        Some((since.elapsed(), last.elapsed(), state.last_error.clone()))
+    }
+
+    /// [`Outage::check`] of a save: a failure also marks the outage as one that refuses saves.
+    pub fn check_save<T>(&self, result: &Result<T, StoreError>) -> Option<Duration> {
+        let pause = self.check("cannot save a job", result);
+        if pause.is_some() {
+            self.state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .save_failed = true;
+        }
+        pause
     }
 
     /// Whether `result` is a failure of the store, and if so records it: the pause to wait.
@@ -147,12 +177,18 @@ mod tests {
         let outage = Outage::default();
         assert!(outage.failing().is_none());
         outage.failed("cannot claim a job", &failure());
-        let (_, said) = outage.failing().expect("failing");
+        let (_, _, said) = outage.failing().expect("failing");
         assert_eq!(
             said,
             "cannot claim a job: store jobs.db: database or disk is full"
         );
         outage.progressed();
         assert!(outage.failing().is_none());
+        outage.check_save(&Err::<(), _>(failure()));
+        outage.nothing_to_claim();
+        assert!(
+            outage.failing().is_some(),
+            "nothing to claim is no recovery while saves fail"
+        );
     }
 }

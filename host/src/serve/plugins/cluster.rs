@@ -32,19 +32,14 @@ impl PluginHost {
         let store = self.shared.clone()?;
         // Subscribed before the record is read, so a publication in between is heard.
         let changes = store.changes()?;
+        let _one = self.one_change_at_a_time.lock().await;
+        // From here on this node's installs are published; the folder's were loaded before.
+        self.joined.store(true, Ordering::Release);
         let mut warnings = Vec::new();
-        let records = match tokio::task::spawn_blocking(move || store.published_plugins()).await {
-            Ok(Ok(records)) => records,
-            Ok(Err(error)) => {
-                warnings.push(format!(
-                    "cannot read the plugins other nodes serve: {error}"
-                ));
-                Vec::new()
-            }
+        let records = match self.read_records().await {
+            Ok(records) => records,
             Err(error) => {
-                warnings.push(format!(
-                    "cannot read the plugins other nodes serve: {error}"
-                ));
+                warnings.push(error);
                 Vec::new()
             }
         };
@@ -76,7 +71,6 @@ impl PluginHost {
                 warnings.push(format!("plugin {}: {message}", record.name));
             }
         }
-        self.joined.store(true, Ordering::Release);
         let follower = tokio::spawn(self.clone().follow(changes));
         Some((follower, warnings))
     }
@@ -93,39 +87,58 @@ impl PluginHost {
         }
     }
 
-    /// Reads the record of `only` (of every plugin with `None`) and adopts what differs.
+    /// Reads the record of `only` (of every plugin with `None`) and adopts what differs. The
+    /// record is read under the change lock, so an install of this node's that publishes
+    /// meanwhile is not undone by the record read before it; an install this node could not
+    /// publish (the store failed) is published now, and until it is, the record does not
+    /// replace it.
     async fn catch_up(&self, only: Option<&str>) {
-        let Some(store) = self.shared.clone() else {
-            return;
-        };
-        let records = match tokio::task::spawn_blocking(move || store.published_plugins()).await {
-            Ok(Ok(records)) => records,
-            Ok(Err(error)) => {
-                tracing::warn!("cannot read the plugins other nodes serve: {error}");
+        let _one = self.one_change_at_a_time.lock().await;
+        let unpublished: Vec<(String, Option<String>)> = self
+            .lock_unpublished()
+            .iter()
+            .map(|(name, hash)| (name.clone(), hash.clone()))
+            .collect();
+        for (name, hash) in unpublished {
+            self.publish(&name, hash.as_deref()).await;
+        }
+        let records = match self.read_records().await {
+            Ok(records) => records,
+            Err(error) => {
+                tracing::warn!("{error}");
                 return;
             }
-            Err(_) => return,
         };
         for record in records
             .iter()
             .filter(|record| only.is_none_or(|name| record.name == name))
         {
-            self.adopt(record).await;
+            if !self.lock_unpublished().contains_key(&record.name) {
+                self.adopt(record).await;
+            }
         }
     }
 
-    /// Makes `record` this node's version of its plugin, unless it is already, or it was
-    /// already refused here.
+    async fn read_records(&self) -> Result<Vec<PublishedPlugin>, String> {
+        let Some(store) = self.shared.clone() else {
+            return Ok(Vec::new());
+        };
+        tokio::task::spawn_blocking(move || store.published_plugins())
+            .await
+            .map_err(|error| error.to_string())
+            .and_then(|read| read.map_err(|error| error.to_string()))
+            .map_err(|error| format!("cannot read the plugins other nodes serve: {error}"))
+    }
+
+    /// Makes `record` this node's version of its plugin, unless it is already. The caller
+    /// holds the change lock.
     async fn adopt(&self, record: &PublishedPlugin) -> Change {
-        let _one = self.one_change_at_a_time.lock().await;
         let name = record.name.as_str();
-        let (serving, refused) = {
+        let serving = {
             let entries = self.lock_entries();
-            let entry = entries.get(name);
-            (
-                entry.and_then(|entry| entry.serving.as_ref().map(|p| p.content_hash().to_owned())),
-                entry.and_then(|entry| entry.last_error.clone()),
-            )
+            entries
+                .get(name)
+                .and_then(|entry| entry.serving.as_ref().map(|p| p.content_hash().to_owned()))
         };
         let Some(hash) = &record.content_hash else {
             if serving.is_none() {
@@ -142,12 +155,6 @@ impl PluginHost {
             return self.retire(name, Source::Cluster).await;
         };
         if serving.as_ref() == Some(hash) {
-            return Change::Unchanged;
-        }
-        let refused_before = refused.is_some_and(|failure| {
-            failure.source == FailureSource::Cluster && failure.content_hash.as_ref() == Some(hash)
-        });
-        if refused_before {
             return Change::Unchanged;
         }
         match self.version_bytes(hash).await {
@@ -169,7 +176,8 @@ impl PluginHost {
     }
 
     /// Tells the other nodes that this node's own install made `content_hash` (`None`: no
-    /// version) the version of `name`; nothing before this node has joined.
+    /// version) the version of `name`; nothing before this node has joined. An install the
+    /// store does not take is kept, to be published at the next catch-up.
     pub(super) async fn publish(&self, name: &str, content_hash: Option<&str>) {
         let Some(store) = self.shared.clone() else {
             return;
@@ -185,12 +193,30 @@ impl PluginHost {
         })
         .await
         .unwrap_or_else(|error| Err(error.to_string()));
-        if let Err(error) = published {
-            tracing::warn!(
-                plugin = name,
-                "the change serves here, but the other nodes are not told of it: {error}"
-            );
+        let mut unpublished = self.lock_unpublished();
+        match published {
+            Ok(()) => {
+                unpublished.remove(name);
+            }
+            Err(error) => {
+                if unpublished
+                    .insert(name.to_owned(), content_hash.map(str::to_owned))
+                    .is_none()
+                {
+                    tracing::warn!(
+                        plugin = name,
+                        "the change serves here, but the other nodes are not told of it yet: \
+                         {error}"
+                    );
+                }
+            }
         }
+    }
+
+    fn lock_unpublished(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, Option<String>>> {
+        self.unpublished.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// When the folder's file of `name` last changed, Unix ms.

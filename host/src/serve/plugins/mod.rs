@@ -138,9 +138,12 @@ pub struct PluginHost {
     /// The store whose nodes share the versions that calls park on (see
     /// [`PluginHost::sharing_versions_with`]).
     shared: Option<Arc<dyn JobStore>>,
-    /// Set once this node has caught up with the versions the other nodes serve; until then
-    /// its own installs (its folder at start) are not published.
+    /// Set once this node joins the nodes sharing the store; until then its own installs (its
+    /// folder at start) are not published.
     joined: AtomicBool,
+    /// This node's installs the store has not taken yet, by plugin: published again at the
+    /// next catch-up, and not replaced by the record meanwhile.
+    unpublished: Mutex<BTreeMap<String, Option<String>>>,
 }
 
 impl PluginHost {
@@ -158,6 +161,7 @@ impl PluginHost {
             listener: Mutex::new(None),
             shared: None,
             joined: AtomicBool::new(false),
+            unpublished: Mutex::new(BTreeMap::new()),
         }
     }
 
