@@ -157,10 +157,10 @@ pub(super) fn message_batches(
         .collect()
 }
 
-pub(super) const JOB_FOR_UPDATE: &str =
-    "SELECT status, state, pending_resume, lease_until_ms FROM jobs WHERE id = $1 FOR UPDATE";
-pub(super) const JOB: &str =
-    "SELECT status, state, pending_resume, lease_until_ms FROM jobs WHERE id = $1";
+pub(super) const JOB_FOR_UPDATE: &str = "SELECT j.status, s.state, j.pending_resume, \
+     j.lease_until_ms FROM jobs j JOIN job_states s USING (id) WHERE j.id = $1 FOR UPDATE OF j";
+pub(super) const JOB: &str = "SELECT j.status, s.state, j.pending_resume, j.lease_until_ms \
+     FROM jobs j JOIN job_states s USING (id) WHERE j.id = $1";
 pub(super) const MESSAGE_BATCHES: &str = "SELECT messages_from, messages FROM saves \
      WHERE job_id = $1 AND messages IS NOT NULL ORDER BY batch";
 
@@ -220,10 +220,11 @@ impl Rows for PgRows<'_, '_> {
 
     fn insert_job(&mut self, row: &JobRow, at: i64) -> Result<(), StoreError> {
         self.query(
-            "WITH written AS (INSERT INTO jobs (id, piece, status, movement, parent, state, \
-             created_at_ms, updated_at_ms) VALUES ($1, $2, 'pending', $3, $4, $5, $6, $6) \
-             RETURNING id, status) SELECT pg_notify('maestro_jobs', status || ' ' || id) \
-             FROM written",
+            "WITH written AS (INSERT INTO jobs (id, piece, status, movement, parent, \
+             created_at_ms, updated_at_ms) VALUES ($1, $2, 'pending', $3, $4, $6, $6) \
+             RETURNING id, status), \
+             stated AS (INSERT INTO job_states (id, state) SELECT id, $5 FROM written) \
+             SELECT pg_notify('maestro_jobs', status || ' ' || id) FROM written",
             &[
                 &row.id,
                 &row.piece,
@@ -243,7 +244,8 @@ impl Rows for PgRows<'_, '_> {
 
     fn child(&mut self, id: &str, parent: &str) -> Result<Option<(String, String)>, StoreError> {
         let row = self.query_opt(
-            "SELECT status, state FROM jobs WHERE id = $1 AND parent = $2",
+            "SELECT j.status, s.state FROM jobs j JOIN job_states s USING (id) \
+             WHERE j.id = $1 AND j.parent = $2",
             &[&id, &parent],
         )?;
         row.map(|row| Ok((column(&row, 0, self.label)?, column(&row, 1, self.label)?)))
@@ -264,13 +266,15 @@ impl Rows for PgRows<'_, '_> {
         let still_running = job.status == JobStatus::Running;
         self.query(
             "WITH written AS (UPDATE jobs SET status = $2, movement = $3, wait_reason = $4, \
-             parked_plugin = $5, pending_resume = NULL, state = $6, updated_at_ms = $7, \
+             parked_plugin = $5, pending_resume = NULL, updated_at_ms = $7, \
              wait_expires_at_ms = $10, piece = $11, \
              lease_owner = CASE WHEN $8::boolean THEN lease_owner END, \
              lease_until_ms = CASE WHEN $8::boolean THEN lease_until_ms END \
              WHERE id = $1 AND ($9::text IS NULL OR lease_owner = $9::text) \
-             RETURNING id, status) SELECT pg_notify('maestro_jobs', status || ' ' || id) \
-             FROM written",
+             RETURNING id, status), \
+             stated AS (UPDATE job_states SET state = $6 \
+             WHERE id IN (SELECT id FROM written)) \
+             SELECT pg_notify('maestro_jobs', status || ' ' || id) FROM written",
             &[
                 &job.id,
                 &job.status.as_str(),

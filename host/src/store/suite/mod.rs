@@ -118,7 +118,10 @@ impl Fixture {
             Database::Postgres { url, .. } => {
                 ::postgres::Client::connect(url, ::postgres::NoTls)
                     .unwrap()
-                    .execute("UPDATE jobs SET state = '{not json' WHERE id = $1", &[&id])
+                    .execute(
+                        "UPDATE job_states SET state = '{not json' WHERE id = $1",
+                        &[&id],
+                    )
                     .unwrap();
             }
         }

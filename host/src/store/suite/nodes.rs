@@ -262,3 +262,38 @@ fn postgres_tells_every_node_which_plugin_version_serves() {
             .is_empty()
     );
 }
+
+/// A database of schema 3, whose jobs kept their state in their own row, moves each state to
+/// `job_states` when a node of schema 4 opens it: the jobs load as they were, and run on.
+#[test]
+fn postgres_schema_3_jobs_keep_their_state_when_it_moves_to_its_own_table() {
+    let Some(fixture) = Fixture::postgres() else {
+        return;
+    };
+    let store = fixture.store();
+    store.create(&job("j1")).unwrap();
+    store.claim("j1", "r", 60_000).unwrap().unwrap();
+    store.save(&parked(job("j1")), &[], "r").unwrap();
+    let before = store.load("j1").unwrap();
+    // Back to schema 3's layout, as a database written by the previous release holds it.
+    let url = fixture.postgres_url().unwrap().to_owned();
+    std::thread::spawn(move || {
+        ::postgres::Client::connect(&url, ::postgres::NoTls)
+            .unwrap()
+            .batch_execute(
+                "ALTER TABLE jobs ADD COLUMN state TEXT; \
+                 UPDATE jobs SET state = (SELECT state FROM job_states s WHERE s.id = jobs.id); \
+                 ALTER TABLE jobs ALTER COLUMN state SET NOT NULL; \
+                 DROP TABLE job_states; UPDATE maestro_schema SET version = 3;",
+            )
+            .unwrap();
+    })
+    .join()
+    .unwrap();
+    let upgraded = PostgresStore::open(fixture.postgres_url().unwrap()).unwrap();
+    assert_eq!(upgraded.load("j1").unwrap(), before);
+    upgraded
+        .answer("j1", &Resume::Answered("Oslo".into()).into(), Some(1))
+        .unwrap();
+    assert!(upgraded.claim("j1", "r2", 60_000).unwrap().is_some());
+}
