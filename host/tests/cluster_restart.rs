@@ -35,23 +35,5 @@ fn three_nodes_ride_out_a_database_restart_and_finish_every_job_once() {
             .any(|log| log.contains("stopped hearing other nodes' changes")),
         "the nodes lost their connections: {logs:#?}"
     );
-    // A node that said the store failed said so a few times at most, not on every attempt, and
-    // said when it came back.
-    for (node, log) in logs.iter().enumerate() {
-        let failures = log.matches("the store has failed for").count();
-        assert!(
-            failures <= 3,
-            "node {node} said the failure {failures} times:\n{log}"
-        );
-    }
-    // A node may sleep through the whole recovery in its longest pause while the others finish
-    // the jobs; one that went on working says when the store came back.
-    assert!(
-        logs.iter()
-            .any(|log| log.contains("the store answers again"))
-            || logs
-                .iter()
-                .all(|log| !log.contains("the store has failed for")),
-        "no node said the store was back: {logs:#?}"
-    );
+    cluster_support::assert_the_outage_was_said_sparingly(&logs);
 }

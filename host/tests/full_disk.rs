@@ -201,20 +201,7 @@ fn ride_out_a_full_disk(workspace: Workspace, mut filler: Filler, error: &str) {
         logs.iter().any(|log| log.contains(error)),
         "the error says the disk is full ({error}): {logs:#?}"
     );
-    for (node, log) in logs.iter().enumerate() {
-        let failures = log.matches("the store has failed for").count();
-        assert!(
-            failures <= 3,
-            "node {node} said the failure {failures} times:\n{log}"
-        );
-    }
-    // A node may sleep through the whole recovery in its longest pause while the others finish
-    // the jobs; one that went on working says when the store came back.
-    assert!(
-        logs.iter()
-            .any(|log| log.contains("the store answers again")),
-        "no node said the store was back: {logs:#?}"
-    );
+    cluster_support::assert_the_outage_was_said_sparingly(&logs);
 }
 
 #[test]

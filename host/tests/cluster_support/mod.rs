@@ -199,3 +199,25 @@ fn answer_while(
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// What the nodes said of an outage of the store: at most a few times each, not on every
+/// attempt, and, where they said it at all, that it was over. A node may sleep through the
+/// whole recovery in its longest pause while the others finish the jobs, so one node saying so
+/// is enough.
+pub fn assert_the_outage_was_said_sparingly(logs: &[String]) {
+    for (node, log) in logs.iter().enumerate() {
+        let failures = log.matches("the store has failed for").count();
+        assert!(
+            failures <= 3,
+            "node {node} said the failure {failures} times:\n{log}"
+        );
+    }
+    assert!(
+        logs.iter()
+            .any(|log| log.contains("the store answers again"))
+            || logs
+                .iter()
+                .all(|log| !log.contains("the store has failed for")),
+        "no node said the store was back: {logs:#?}"
+    );
+}

@@ -161,18 +161,7 @@ fn postgres_tells_every_node_of_each_change_as_it_commits() {
     other
         .answer("j1", &Resume::Answered("Oslo".into()).into(), Some(1))
         .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let mut next = || {
-        runtime
-            .block_on(async {
-                tokio::time::timeout(std::time::Duration::from_secs(30), heard.recv()).await
-            })
-            .expect("the change is heard")
-            .unwrap()
-    };
+    let mut next = || next_change(&mut heard);
     let saved = |status| crate::store::JobChange::Saved {
         job: "j1".into(),
         status,
@@ -232,18 +221,7 @@ fn postgres_tells_every_node_which_plugin_version_serves() {
     other.publish_plugin("echo", Some("h1")).unwrap();
     other.publish_plugin("echo", Some("h2")).unwrap();
     other.publish_plugin("gone", None).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let mut next = || {
-        runtime
-            .block_on(async {
-                tokio::time::timeout(std::time::Duration::from_secs(30), heard.recv()).await
-            })
-            .expect("the change is heard")
-            .unwrap()
-    };
+    let mut next = || next_change(&mut heard);
     let plugin = |name: &str| crate::store::JobChange::Plugin { name: name.into() };
     assert_eq!(next(), plugin("echo"));
     assert_eq!(next(), plugin("echo"));
@@ -296,4 +274,19 @@ fn postgres_schema_3_jobs_keep_their_state_when_it_moves_to_its_own_table() {
         .answer("j1", &Resume::Answered("Oslo".into()).into(), Some(1))
         .unwrap();
     assert!(upgraded.claim("j1", "r2", 60_000).unwrap().is_some());
+}
+
+/// The next change `heard` tells of, waited for up to 30 s.
+fn next_change(
+    heard: &mut tokio::sync::broadcast::Receiver<crate::store::JobChange>,
+) -> crate::store::JobChange {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(30), heard.recv()).await
+        })
+        .expect("the change is heard")
+        .unwrap()
 }
