@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::Failure;
-use super::setup::{EngineCatalog, EngineOptions, Setup, TokenEntry};
+use super::setup::{EngineOptions, Setup, TokenEntry};
 use crate::plugin::Runtime;
 use crate::serve::{Auth, Scope, ServeSettings, Token, restore_parked_versions};
 use crate::store::JobStore;
@@ -138,15 +138,7 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
             eprintln!("warning: {warning}");
         }
     }
-    let (engine, warnings) = setup.engine_for(
-        &runtime,
-        setup.all_pieces()?,
-        &store,
-        EngineCatalog::Live(plugins.slot().clone()),
-    )?;
-    for warning in warnings {
-        eprintln!("warning: {warning} (until a plugin offers it, calls to it fail)");
-    }
+    let engine = setup.live_engine(&runtime, &store, &plugins)?;
     let settings = ServeSettings {
         listen,
         auth,

@@ -464,6 +464,26 @@ impl Setup {
         Ok(policy)
     }
 
+    /// The engine over every piece on the catalog `plugins` serves, hot loading included; a
+    /// tool a piece names that no plugin offers yet is printed as a warning.
+    pub fn live_engine(
+        &self,
+        runtime: &Runtime,
+        store: &Arc<dyn JobStore>,
+        plugins: &PluginHost,
+    ) -> Result<Engine, Failure> {
+        let (engine, warnings) = self.engine_for(
+            runtime,
+            self.all_pieces()?,
+            store,
+            EngineCatalog::Live(plugins.slot().clone()),
+        )?;
+        for warning in warnings {
+            eprintln!("warning: {warning} (until a plugin offers it, calls to it fail)");
+        }
+        Ok(engine)
+    }
+
     /// The live plugin host over the folder `dir`: every plugin loaded (a failure is printed as
     /// a warning), versions archived and kept in `store`, and, where the store is shared by
     /// many nodes, caught up with and following the versions the other nodes install (the task

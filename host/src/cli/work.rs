@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::Failure;
-use super::setup::{EngineCatalog, EngineOptions, Setup};
+use super::setup::{EngineOptions, Setup};
 use crate::engine::{CancelFlag, JobEvent, Observer};
 use crate::plugin::Runtime;
 use crate::worker::{Worker, WorkerConfig};
@@ -44,15 +44,7 @@ pub async fn execute(command: &WorkCommand, runtime: Runtime) -> Result<(), Fail
     let (engine, plugins, follower) = match setup.plugins.clone() {
         Some(dir) if store.changes().is_some() => {
             let (plugins, follower) = setup.plugin_host(&runtime, &store, dir).await?;
-            let (engine, warnings) = setup.engine_for(
-                &runtime,
-                setup.all_pieces()?,
-                &store,
-                EngineCatalog::Live(plugins.slot().clone()),
-            )?;
-            for warning in warnings {
-                eprintln!("warning: {warning} (until a plugin offers it, calls to it fail)");
-            }
+            let engine = setup.live_engine(&runtime, &store, &plugins)?;
             (engine, Some(plugins), follower)
         }
         _ => (setup.engine_all(&runtime, &store).await?, None, None),
