@@ -2,7 +2,8 @@
 //! components. `plugin` is the component runtime and its sandbox; `piece`
 //! loads and lints YAML workflows; `phase` is the pure phase machine of
 //! sessions; `conformance` is the tool authors' check kit; `store` and `worker` keep and run
-//! jobs; `serve` is the HTTP server; `cli` is the `maestro` command.
+//! jobs; `serve` is the HTTP server; `cli` is the `maestro` command. `telemetry`, below them
+//! all, names the metrics every layer records and exports them.
 
 pub mod cli;
 pub mod conformance;
@@ -13,4 +14,5 @@ pub mod piece;
 pub mod plugin;
 pub mod serve;
 pub mod store;
+pub mod telemetry;
 pub mod worker;

@@ -213,6 +213,10 @@ pub struct JobState {
     /// whoever keeps the job (the engine has no clock).
     #[serde(default)]
     pub wait_expires_at_ms: Option<i64>,
+    /// When the job parked for its current wait (Unix ms, the keeper's clock), for the metric
+    /// of how long parks last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked_at_ms: Option<i64>,
     /// Child jobs spawned by this job, oldest first.
     pub children: Vec<String>,
     /// Approvals not used yet.
@@ -260,6 +264,7 @@ impl JobState {
             prefill: BTreeMap::new(),
             wait: None,
             wait_expires_at_ms: None,
+            parked_at_ms: None,
             children: Vec::new(),
             grants: Vec::new(),
             result: None,
@@ -298,6 +303,7 @@ impl JobState {
             conversation: _,
             wait,
             wait_expires_at_ms,
+            parked_at_ms,
             children,
             grants,
             result,
@@ -322,6 +328,7 @@ impl JobState {
             prefill,
             wait,
             wait_expires_at_ms,
+            parked_at_ms,
             children,
             grants,
             result,
@@ -363,6 +370,8 @@ struct JobCore<'a> {
     prefill: &'a BTreeMap<String, String>,
     wait: &'a Option<Wait>,
     wait_expires_at_ms: &'a Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parked_at_ms: &'a Option<i64>,
     children: &'a Vec<String>,
     grants: &'a Vec<Grant>,
     result: &'a Option<String>,
@@ -379,6 +388,7 @@ mod tests {
         job.children.push("child".into());
         job.result = Some("done".into());
         job.wait_expires_at_ms = Some(7);
+        job.parked_at_ms = Some(5);
         let core = serde_json::to_value(job.without_conversation()).unwrap();
         let mut whole = serde_json::to_value(&job).unwrap();
         whole.as_object_mut().unwrap().remove("conversation");

@@ -118,7 +118,9 @@ impl Model for AnthropicModel {
             .endpoint
             .post_for_json(&self.request_body(request))
             .await?;
-        reply_of(response)
+        let mut reply = reply_of(response)?;
+        reply.usage = self.endpoint.used(reply.usage);
+        Ok(reply)
     }
 }
 

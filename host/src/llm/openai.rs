@@ -192,11 +192,13 @@ impl Model for OpenAiModel {
 
     async fn reply(&self, request: &ChatRequest) -> Result<Reply, ModelError> {
         let body = self.request_body(request);
-        if self.stream {
+        let mut reply = if self.stream {
             self.reply_streamed(&body).await
         } else {
             self.reply_whole(&body).await
-        }
+        }?;
+        reply.usage = self.endpoint.used(reply.usage);
+        Ok(reply)
     }
 }
 

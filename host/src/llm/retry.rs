@@ -13,7 +13,8 @@ use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{StatusCode, Url};
 use serde::de::DeserializeOwned;
 
-use super::{ModelConfigError, ModelError};
+use super::{ModelConfigError, ModelError, Usage};
+use crate::telemetry;
 
 /// How often and how patiently a request is repeated after a rate limit, a server error or a
 /// broken connection.
@@ -112,6 +113,14 @@ impl ApiEndpoint {
         Some(value)
     }
 
+    /// Counts the tokens a reply reports having used.
+    pub(super) fn used(&self, usage: Option<Usage>) -> Option<Usage> {
+        if let Some(usage) = usage {
+            telemetry::model_tokens(self.provider, usage.input_tokens, usage.output_tokens);
+        }
+        usage
+    }
+
     /// The URL without user name or password, for messages.
     pub(super) fn shown_url(&self) -> String {
         shown_url(&self.url)
@@ -184,7 +193,15 @@ impl ApiEndpoint {
             if let Some(timeout) = total_timeout {
                 request = request.timeout(timeout);
             }
-            let (failure, retry_after) = match request.send().await {
+            let sent = request.send().await;
+            telemetry::model_request(
+                self.provider,
+                match &sent {
+                    Ok(response) => response.status().as_u16().to_string(),
+                    Err(_) => "transport".to_owned(),
+                },
+            );
+            let (failure, retry_after) = match sent {
                 Ok(response) if response.status().is_success() => return Ok(response),
                 Ok(response) => {
                     let status = response.status();
@@ -215,6 +232,7 @@ impl ApiEndpoint {
                 return Err(self.gave_up(failure, attempts));
             }
             tokio::time::sleep(self.retry.delay_after(attempt, retry_after)).await;
+            telemetry::model_retry(self.provider);
             attempt += 1;
         }
     }

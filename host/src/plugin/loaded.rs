@@ -26,8 +26,9 @@ use super::error::{CallError, Limit, LoadError};
 use super::policy::PluginPolicy;
 use super::runtime::Runtime;
 use super::sandbox::{CallState, CompiledPolicy, HOST_CALL_FUEL, Metered};
-use super::types::{CallRequest, Outcome, ToolSpec};
+use super::types::{CallRequest, Outcome, Park, Terminal, ToolSpec};
 use super::wit::{GuestCall, ToolInstance, ToolPre, WitVersion};
+use crate::telemetry;
 /// How a load went, for the CLI and the benchmarks.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LoadReport {
@@ -51,6 +52,7 @@ pub struct Plugin {
     policy: Arc<CompiledPolicy>,
     runtime: Runtime,
     report: LoadReport,
+    calls: telemetry::CallMetrics,
     pub(crate) source: Option<PathBuf>,
 }
 
@@ -100,6 +102,12 @@ impl Plugin {
             .map_err(|err| LoadError::Compile(err.to_string()))??
         };
         let compile_or_load = started.elapsed();
+        match compiled_from {
+            CompiledFrom::Compiler => {
+                telemetry::component_prepared("compiler", Some(compile_or_load))
+            }
+            CompiledFrom::Cache => telemetry::component_prepared("cache", None),
+        }
 
         let wrong_world = |detail: String| world_error(&component, runtime.engine(), detail);
         let policy = Arc::new(CompiledPolicy::new(policy));
@@ -120,6 +128,7 @@ impl Plugin {
 
         let name: Arc<str> = name.into();
         let mut plugin = Self {
+            calls: telemetry::CallMetrics::new(&name, &hash, []),
             name,
             content_hash: hash,
             specs: Vec::new(),
@@ -148,6 +157,11 @@ impl Plugin {
                 other => LoadError::Describe(other.to_string()),
             })?;
         plugin.validators = validate_specs(&described, &mut plugin.specs)?;
+        plugin.calls = telemetry::CallMetrics::new(
+            &plugin.name,
+            &plugin.content_hash,
+            plugin.specs.iter().map(|spec| spec.name.as_str()),
+        );
         plugin.report.total = started.elapsed();
         Ok(plugin)
     }
@@ -194,6 +208,18 @@ impl Plugin {
 
     /// Runs one call in a fresh instance.
     pub async fn invoke(&self, request: CallRequest) -> Result<Outcome, CallError> {
+        let started = Instant::now();
+        let calls = self.calls.tool(&request.tool);
+        let result = self.invoke_counted(request).await;
+        let limit = match &result {
+            Err(CallError::Limit(limit)) => Some(limit.name()),
+            _ => None,
+        };
+        calls.record(outcome_label(&result), limit, started.elapsed());
+        result
+    }
+
+    async fn invoke_counted(&self, request: CallRequest) -> Result<Outcome, CallError> {
         let arguments = self.check_arguments(&request)?;
         let call = GuestCall {
             call_id: request.call_id,
@@ -515,6 +541,41 @@ fn tail(text: &str, max: usize) -> String {
     format!("…{}", &text[start..])
 }
 
+/// How a call ended, in the words of the tool-call metric: `output`, `park:<kind>`,
+/// `terminal:<kind>`, `limit:<limit>` or `error:<code>`.
+fn outcome_label(result: &Result<Outcome, CallError>) -> &'static str {
+    match result {
+        Ok(Outcome::Output(_)) => "output",
+        Ok(Outcome::Park(park)) => match park {
+            Park::Ask(_) => "park:ask",
+            Park::BrowserLogin(_) => "park:browser-login",
+            Park::ToolRequest(_) => "park:tool-request",
+            Park::Subtasks(_) => "park:subtasks",
+            Park::Artifact(_) => "park:artifact",
+            Park::Worker(_) => "park:worker",
+        },
+        Ok(Outcome::Terminal(Terminal::Complete(_))) => "terminal:complete",
+        Ok(Outcome::Terminal(Terminal::Abort(_))) => "terminal:abort",
+        Err(CallError::Limit(limit)) => match limit {
+            Limit::Memory { .. } => "limit:memory",
+            Limit::Cpu { .. } => "limit:cpu",
+            Limit::Fuel { .. } => "limit:fuel",
+            Limit::WallClock { .. } => "limit:wall-clock",
+            Limit::Output { .. } => "limit:output",
+            Limit::Stack => "limit:stack",
+            Limit::HostResources { .. } => "limit:host-resources",
+        },
+        Err(CallError::UnknownTool { .. }) => "error:unknown-tool",
+        Err(CallError::InvalidArguments { .. }) => "error:invalid-arguments",
+        Err(CallError::Trap { .. }) => "error:trap",
+        Err(CallError::Tool { .. }) => "error:tool-error",
+        Err(CallError::Denied(_)) => "error:denied",
+        Err(CallError::BadOutcome(_)) => "error:bad-outcome",
+        Err(CallError::Overloaded(_)) => "error:overloaded",
+        Err(CallError::Host(_)) => "error:host",
+    }
+}
+
 /// See `Plugin::warm_instance`.
 pub struct WarmInstance {
     store: Store<CallState>,
@@ -551,5 +612,71 @@ mod tests {
     fn tail_keeps_the_end_on_a_char_boundary() {
         assert_eq!(tail("short", 10), "short");
         assert_eq!(tail("ééééé", 3), "…é");
+    }
+
+    #[test]
+    fn outcome_labels_spell_the_names_used_elsewhere() {
+        for limit in [
+            Limit::Memory { cap_bytes: 1 },
+            Limit::Cpu {
+                cap: Duration::ZERO,
+            },
+            Limit::Fuel { budget: 1 },
+            Limit::WallClock {
+                cap: Duration::ZERO,
+            },
+            Limit::Output {
+                cap_bytes: 1,
+                actual_bytes: 2,
+            },
+            Limit::Stack,
+            Limit::HostResources { cap: 1 },
+        ] {
+            let expected = format!("limit:{}", limit.name());
+            assert_eq!(outcome_label(&Err(CallError::Limit(limit))), expected);
+        }
+        for error in [
+            CallError::UnknownTool {
+                tool: "x".into(),
+                available: vec![],
+            },
+            CallError::InvalidArguments {
+                tool: "x".into(),
+                problems: vec![],
+            },
+            CallError::Trap {
+                message: String::new(),
+                console: String::new(),
+            },
+            CallError::Denied(String::new()),
+            CallError::BadOutcome(String::new()),
+            CallError::Overloaded(String::new()),
+            CallError::Host(String::new()),
+        ] {
+            let expected = format!("error:{}", error.code());
+            assert_eq!(outcome_label(&Err(error)), expected);
+        }
+    }
+
+    #[test]
+    fn each_call_result_has_a_bounded_metric_label() {
+        let label = |result| outcome_label(&result);
+        assert_eq!(label(Ok(Outcome::Output("x".into()))), "output");
+        assert_eq!(
+            label(Ok(Outcome::Terminal(Terminal::Abort("no".into())))),
+            "terminal:abort"
+        );
+        assert_eq!(
+            label(Err(CallError::Limit(Limit::Memory { cap_bytes: 1 }))),
+            "limit:memory"
+        );
+        // The message is free text: it must never become part of a label.
+        assert_eq!(
+            label(Err(CallError::Tool {
+                message: "disk /tmp/x full".into(),
+                retryable: false
+            })),
+            "error:tool-error"
+        );
     }
 }

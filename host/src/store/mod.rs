@@ -220,6 +220,9 @@ pub trait JobStore: Send + Sync {
     /// waiting with an expiry.
     fn active_jobs(&self) -> Result<usize, StoreError>;
 
+    /// How many jobs the store holds in each status; a status with none is left out.
+    fn jobs_by_status(&self) -> Result<Vec<(JobStatus, u64)>, StoreError>;
+
     /// Jobs, newest first, optionally only those with `status`.
     fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError>;
 
@@ -274,6 +277,14 @@ pub trait JobStore: Send + Sync {
     /// ms): top-level jobs that ended then, with every descendant ended too. A tree with any job
     /// still unfinished stays whole. Returns how many jobs were deleted.
     fn prune(&self, before_ms: i64, limit: usize) -> Result<usize, StoreError>;
+}
+
+/// The counts of [`JobStore::jobs_by_status`] whose status this release knows.
+fn known_statuses(counts: Vec<(String, i64)>) -> Vec<(JobStatus, u64)> {
+    counts
+        .into_iter()
+        .filter_map(|(status, count)| Some((JobStatus::parse(&status)?, count.max(0) as u64)))
+        .collect()
 }
 
 /// Jobs pruned per write: retention of a large backlog lets other writes in between.

@@ -8,11 +8,12 @@
 //! the log holds each step once. A job's end releases its waiting parent in the same
 //! transaction (see `store`).
 
+mod metrics;
 mod outage;
 mod spawner;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -22,6 +23,7 @@ use crate::engine::{
     CancelFlag, Engine, JobEvent, JobState, JobStatus, Observer, PieceRunResult, end_outside,
 };
 use crate::store::{ClaimedJob, Handoff, JobChange, JobStore, StoreError};
+use crate::telemetry;
 
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -72,6 +74,7 @@ pub struct Worker {
     /// Whether the store fails, as every runner of this worker sees it.
     outage: outage::Outage,
     versions: Option<Arc<dyn Versions>>,
+    busy: metrics::Busy,
 }
 
 /// Where a worker finds a plugin version that a claimed job's parked call is pinned to and its
@@ -109,6 +112,7 @@ impl Worker {
             stats: Mutex::new(WorkerStats::default()),
             outage: outage::Outage::default(),
             versions: None,
+            busy: metrics::Busy::default(),
         }
     }
 
@@ -173,10 +177,14 @@ impl Worker {
             if until_idle && self.give_up_on_the_store(&stop) {
                 return;
             }
+            let claiming = Instant::now();
             let claimed = self
                 .store
                 .claim_next_async(&owner, self.config.lease.as_millis() as i64)
                 .await;
+            if claimed.is_ok() {
+                telemetry::claimed(claiming.elapsed());
+            }
             if let Some(pause) = self.outage.check("cannot claim a job", &claimed) {
                 tokio::time::sleep(pause).await;
                 continue;
@@ -190,7 +198,8 @@ impl Worker {
                         continue;
                     }
                     self.outage.nothing_to_claim();
-                    if expired.is_ok_and(|expired| expired > 0) {
+                    if let Ok(expired @ 1..) = expired {
+                        telemetry::waits_expired(expired);
                         continue;
                     }
                     if until_idle && self.store.active_jobs().is_ok_and(|active| active == 0) {
@@ -277,6 +286,8 @@ impl Worker {
         {
             tracing::warn!(job = %claimed.state.id, "{error}");
         }
+        let _busy = self.busy.start(self.config.runners.max(1));
+        let resuming = metrics::Resuming::of(&claimed.state, claimed.resume.is_some(), now_ms());
         let run = JobRun {
             store: self.store.clone(),
             engine: &self.engine,
@@ -314,6 +325,7 @@ impl Worker {
             (ran.saved(saved), next)
         };
         if done.saved.is_ok() {
+            metrics::count_saved_run(resuming, &done.state, done.result.as_ref());
             self.outage.progressed();
             if let Some(observer) = &self.observer {
                 observer.on_saved(&done.state.id, done.state.status);
@@ -338,6 +350,9 @@ impl Worker {
         let mut total = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         total.runs += 1;
         total.lost_leases += u64::from(done.lease_lost);
+        if done.lease_lost {
+            telemetry::lease_lost();
+        }
         next
     }
 }
@@ -427,6 +442,7 @@ impl JobRun<'_> {
             }
         };
         state.wait_expires_at_ms = expiry_for(&state, self.wait_expiry);
+        state.parked_at_ms = state.status.is_waiting().then(now_ms);
         Ran {
             state,
             events,
@@ -485,10 +501,14 @@ impl Ran {
 /// When a job that just parked should be resumed with `expired`.
 pub fn expiry_for(job: &JobState, expiry: Option<Duration>) -> Option<i64> {
     let expiry = expiry.filter(|_| job.status.is_waiting())?;
-    let now = std::time::SystemTime::now()
+    Some(now_ms().saturating_add(expiry.as_millis() as i64))
+}
+
+/// This node's clock, Unix ms.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .ok()?;
-    Some((now + expiry).as_millis() as i64)
+        .map_or(0, |now| now.as_millis() as i64)
 }
 
 /// Keeps a run's events for the save, and shows them to the worker's observer.

@@ -21,6 +21,7 @@ use serde::Serialize;
 use crate::engine::{CatalogSlot, ToolCatalog};
 use crate::plugin::{Plugin, Policy, Runtime, content_hash};
 use crate::store::JobStore;
+use crate::telemetry;
 
 /// What a plugin of the folder is doing now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -455,11 +456,14 @@ impl PluginHost {
         let status = {
             let mut entries = self.lock_entries();
             let entry = entries.entry(name.to_owned()).or_default();
-            entry.serving = Some(plugin);
+            let reloaded = entry.serving.replace(plugin).is_some();
             entry.loaded_at_ms = Some(now_ms());
             entry.last_error = None;
             entry.removed = false;
-            self.status_of(name, entry)
+            telemetry::plugin_load(if reloaded { "reloaded" } else { "loaded" });
+            let status = self.status_of(name, entry);
+            telemetry::plugins_serving(serving_count(&entries));
+            status
         };
         tracing::info!(
             plugin = name,
@@ -506,6 +510,7 @@ impl PluginHost {
                     .filter_map(|entry| entry.serving.clone())
                     .collect::<Vec<_>>()
             };
+            telemetry::plugins_serving(serving.len());
             // Removing a plugin cannot make two others clash.
             let mut catalog = ToolCatalog::new(serving).unwrap_or_default();
             catalog.keep_versions_of(&current);
@@ -540,6 +545,7 @@ impl PluginHost {
             entry.removed = false;
             self.status_of(name, entry)
         };
+        telemetry::plugin_load("failed");
         match status.status {
             ServingState::Serving => tracing::warn!(
                 plugin = name,
@@ -677,6 +683,13 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
             let _ = std::fs::remove_file(&temporary);
             format!("cannot write {}: {error}", path.display())
         })
+}
+
+fn serving_count(entries: &BTreeMap<String, Entry>) -> usize {
+    entries
+        .values()
+        .filter(|entry| entry.serving.is_some())
+        .count()
 }
 
 fn short(hash: &str) -> &str {

@@ -516,6 +516,20 @@ impl JobStore for PostgresStore {
         Ok(counts.first().copied().unwrap_or_default() as usize)
     }
 
+    fn jobs_by_status(&self) -> Result<Vec<(JobStatus, u64)>, StoreError> {
+        let counts = self.shared.query(
+            "SELECT status, COUNT(*) FROM jobs GROUP BY status",
+            Vec::new(),
+            |row, label| {
+                Ok((
+                    column::<String>(row, 0, label)?,
+                    column::<i64>(row, 1, label)?,
+                ))
+            },
+        )?;
+        Ok(super::known_statuses(counts))
+    }
+
     fn list(&self, status: Option<JobStatus>, limit: usize) -> Result<Vec<JobSummary>, StoreError> {
         self.shared.summaries(
             "SELECT id, piece, status, movement, wait_reason, parent, created_at_ms, \

@@ -14,12 +14,13 @@
 
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postgres::{Client, Config, NoTls};
 
 use super::rows::{PgRows, Statements, describe, is_retryable};
 use crate::store::StoreError;
+use crate::telemetry;
 
 /// How many times a change rolled back by a deadlock or serialization failure runs again.
 const RETRIES: usize = 8;
@@ -94,11 +95,17 @@ impl Connection {
         body: &mut dyn FnMut(&mut PgRows<'_, '_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let label = self.label.clone();
+        let started = Instant::now();
         for attempt in 0.. {
             let may_retry = attempt < RETRIES;
             let (client, statements) = self.client()?;
             match attempt_change(client, statements, &label, body, may_retry) {
-                Attempt::Done(result) => return result,
+                Attempt::Done(result) => {
+                    if result.is_ok() {
+                        telemetry::committed("postgres", 1, started.elapsed());
+                    }
+                    return result;
+                }
                 Attempt::Failed(error) => return Err(self.failed(&error)),
                 Attempt::NotBegun(error) => {
                     // The connection broke while it waited in the pool (a server restart

@@ -18,7 +18,8 @@ use super::record::{JobRow, SaveRecord, StoredText, numbered_events};
 use super::rules::{self, ClaimedRow, now_ms, unreadable_is_none};
 use super::tree::{self, CancelOutcome};
 use super::{
-    ClaimedJob, Handoff, JobStore, JobSummary, StoreError, StoreFuture, StoredEvent, ready,
+    ClaimedJob, Handoff, JobStore, JobSummary, StoreError, StoreFuture, StoredEvent,
+    known_statuses, ready,
 };
 use crate::engine::{Answer, JobEvent, JobState, JobStatus};
 
@@ -562,6 +563,21 @@ impl JobStore for SqliteStore {
             )
             .map(|count| count as usize)
             .map_err(|e| self.db.db_error(e))
+    }
+
+    fn jobs_by_status(&self) -> Result<Vec<(JobStatus, u64)>, StoreError> {
+        let connection = self.read();
+        let mut query = connection
+            .prepare_cached("SELECT status, COUNT(*) FROM jobs GROUP BY status")
+            .map_err(|e| self.db.db_error(e))?;
+        let counts = query
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+            })
+            .map_err(|e| self.db.db_error(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.db.db_error(e))?;
+        Ok(known_statuses(counts))
     }
 
     fn children(&self, parent: &str) -> Result<Vec<String>, StoreError> {

@@ -26,6 +26,7 @@ use rusqlite::Connection;
 
 use super::Db;
 use crate::store::StoreError;
+use crate::telemetry;
 
 /// At most this many changes share a transaction, so one commit never holds the others' answers
 /// for long.
@@ -351,6 +352,7 @@ fn execute(db: &Db, connection: &Connection, sql: &str) -> Result<(), StoreError
 /// savepoint around each change; one that panicked is not run again.
 fn commit_batch(db: &Db, connection: &Connection, mut batch: Vec<Box<dyn Change>>) -> bool {
     let run = |sql: &str| execute(db, connection, sql);
+    let started = Instant::now();
     let mut savepoints = false;
     let committed = loop {
         if let Err(error) = run("BEGIN IMMEDIATE") {
@@ -389,6 +391,9 @@ fn commit_batch(db: &Db, connection: &Connection, mut batch: Vec<Box<dyn Change>
             }
         }
     };
+    if let Ok(true) = committed {
+        telemetry::committed("sqlite", batch.len(), started.elapsed());
+    }
     let outcome = committed.as_ref().map(|_| ());
     for change in batch {
         change.answer(db, outcome);
