@@ -2,7 +2,7 @@
 //! resumes at its default_next with their results; a wait expires; and two workers share one
 //! store while one is SIGKILLed at an end, at a park or during resumes — every job ends exactly
 //! once, each step of its log is there once and in order, the survivor loses no lease, and a
-//! parked job stays untouched.
+//! parked job stays untouched; and a worker serves its metrics on an address of its own.
 
 use std::time::Duration;
 
@@ -252,4 +252,60 @@ fn a_wait_with_an_expiry_resumes_with_expired() {
         )
     });
     assert!(resumed, "the parked call was re-invoked with `expired`");
+}
+
+#[test]
+fn a_worker_serves_its_metrics_on_its_own_address_and_nothing_else() {
+    let workspace = Workspace::new();
+    let id = workspace.start("ask", "a question the metrics count");
+    let mut worker = workspace
+        .worker(&["--metrics", "127.0.0.1:0"])
+        .spawn()
+        .unwrap();
+    let stderr = worker.stderr.take().unwrap();
+    let (lines, said) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let url = loop {
+        let line = said
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the worker says where its metrics are");
+        if let Some(url) = line.strip_prefix("metrics at ") {
+            break url.to_owned();
+        }
+    };
+    let store = workspace.store();
+    wait_until("the question parks", || {
+        store.load(&id).unwrap().1 == JobStatus::WaitingHuman
+    });
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let get = |url: String| {
+        runtime.block_on(async move {
+            let response = reqwest::get(&url).await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        })
+    };
+    let (status, text) = get(url.clone());
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("maestro_jobs{status=\"waiting_human\"} 1"),
+        "the parked job is counted:\n{text}"
+    );
+    assert!(
+        text.contains("maestro_parks_total{reason=\"input\"} 1"),
+        "its park is counted once its save stood:\n{text}"
+    );
+    let api = url.replace("/metrics", "/v1/jobs");
+    assert_eq!(get(api).0, 404, "the metrics address serves no API");
+
+    interrupt(&worker);
+    let output = finish(worker, Duration::from_secs(60));
+    assert!(output.status.success());
 }

@@ -51,34 +51,7 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
             at("listen")
         ))
     })?;
-    let mut tokens = Vec::new();
-    for (index, entry) in server.tokens.iter().enumerate() {
-        let scope = match entry {
-            TokenEntry::Full(_) => Scope::Admin,
-            TokenEntry::Scoped { scope, .. } => Scope::parse(scope).ok_or_else(|| {
-                let known: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
-                Failure::usage(format!(
-                    "{}: unknown scope `{scope}`; one of: {}",
-                    at(&format!("tokens[{index}].scope")),
-                    known.join(", ")
-                ))
-            })?,
-        };
-        tokens.push(Token {
-            secret: entry.secret().to_owned(),
-            scope,
-        });
-    }
-    if let Ok(secret) = std::env::var("MAESTRO_API_TOKEN") {
-        tokens.push(Token {
-            secret,
-            scope: Scope::Admin,
-        });
-    }
-    let auth = Auth::new(tokens, listen).map_err(|message| match &setup.config {
-        Some(file) => Failure::usage(format!("{}: {message}", file.display())),
-        None => Failure::usage(message),
-    })?;
+    let auth = auth_for(&setup, listen)?;
     let runners = command.runners.or(server.runners).unwrap_or(4);
     if runners == 0 {
         return Err(Failure::usage(format!(
@@ -126,6 +99,8 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
             plugin_dir.display()
         )));
     }
+    // Before the first plugin loads, so its load is counted.
+    crate::telemetry::Exporter::install().map_err(Failure::failed)?;
     let store = setup.open_store()?;
     let (plugins, follower) = setup
         .plugin_host(&runtime, &store, plugin_dir.clone())
@@ -164,7 +139,7 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
     .await
     .map_err(Failure::usage)?;
     eprintln!(
-        "maestro serves http://{} (inbox at /, API at /v1, OpenAPI at /openapi.json){}; plugins \
+        "maestro serves http://{} (inbox at /, API at /v1, OpenAPI at /openapi.json, metrics at /metrics){}; plugins \
          from {}, store {}",
         running.addr,
         if open {
@@ -186,6 +161,43 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
         stats.runs, stats.lost_leases
     );
     Ok(())
+}
+
+/// The API's tokens from `server.tokens` and `MAESTRO_API_TOKEN`, checked for a server that
+/// listens on `listen`.
+pub(super) fn auth_for(setup: &Setup, listen: SocketAddr) -> Result<Auth, Failure> {
+    let at = |field: &str| match &setup.config {
+        Some(file) => format!("{}: server.{field}", file.display()),
+        None => format!("server.{field}"),
+    };
+    let mut tokens = Vec::new();
+    for (index, entry) in setup.server.tokens.iter().enumerate() {
+        let scope = match entry {
+            TokenEntry::Full(_) => Scope::Admin,
+            TokenEntry::Scoped { scope, .. } => Scope::parse(scope).ok_or_else(|| {
+                let known: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
+                Failure::usage(format!(
+                    "{}: unknown scope `{scope}`; one of: {}",
+                    at(&format!("tokens[{index}].scope")),
+                    known.join(", ")
+                ))
+            })?,
+        };
+        tokens.push(Token {
+            secret: entry.secret().to_owned(),
+            scope,
+        });
+    }
+    if let Ok(secret) = std::env::var("MAESTRO_API_TOKEN") {
+        tokens.push(Token {
+            secret,
+            scope: Scope::Admin,
+        });
+    }
+    Auth::new(tokens, listen).map_err(|message| match &setup.config {
+        Some(file) => Failure::usage(format!("{}: {message}", file.display())),
+        None => Failure::usage(message),
+    })
 }
 
 async fn wait_for_stop() {

@@ -8,15 +8,20 @@
 //! publishes its own folder's at start), and a call parked on a version it never loaded
 //! resumes on that version, fetched from the store.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 
 use super::Failure;
+use super::serve::auth_for;
 use super::setup::{EngineOptions, Setup};
 use crate::engine::{CancelFlag, JobEvent, Observer};
 use crate::plugin::Runtime;
+use crate::serve::Scrape;
+use crate::store::JobStore;
+use crate::telemetry::Exporter;
 use crate::worker::{Worker, WorkerConfig};
 
 #[derive(Debug, Args)]
@@ -33,6 +38,10 @@ pub struct WorkCommand {
     /// Stop once no job is pending or running (jobs that wait for a human are left waiting).
     #[arg(long)]
     pub until_idle: bool,
+    /// Serve this worker's metrics at http://ADDR/metrics (Prometheus's text format), behind
+    /// `server.tokens` like `maestro serve`'s; without tokens only on loopback.
+    #[arg(long, value_name = "ADDR", env = "MAESTRO_METRICS")]
+    pub metrics: Option<String>,
 }
 
 pub async fn execute(command: &WorkCommand, runtime: Runtime) -> Result<(), Failure> {
@@ -41,6 +50,10 @@ pub async fn execute(command: &WorkCommand, runtime: Runtime) -> Result<(), Fail
     }
     let setup = Setup::resolve(&command.engine)?;
     let store = setup.open_store()?;
+    let metrics = match &command.metrics {
+        Some(addr) => Some(serve_metrics(&setup, addr, store.clone()).await?),
+        None => None,
+    };
     let (engine, plugins, follower) = match setup.plugins.clone() {
         Some(dir) if store.changes().is_some() => {
             let (plugins, follower) = setup.plugin_host(&runtime, &store, dir).await?;
@@ -73,6 +86,9 @@ pub async fn execute(command: &WorkCommand, runtime: Runtime) -> Result<(), Fail
     if let Some(follower) = follower {
         follower.abort();
     }
+    if let Some(metrics) = metrics {
+        metrics.abort();
+    }
     eprintln!(
         "worker done: {} run(s), {} lost lease(s)",
         stats.runs, stats.lost_leases
@@ -84,6 +100,26 @@ pub async fn execute(command: &WorkCommand, runtime: Runtime) -> Result<(), Fail
         ))),
         None => Ok(()),
     }
+}
+
+/// Starts the metrics listener on `addr`; says where it listens.
+async fn serve_metrics(
+    setup: &Setup,
+    addr: &str,
+    store: Arc<dyn JobStore>,
+) -> Result<tokio::task::JoinHandle<()>, Failure> {
+    let listen: SocketAddr = addr.parse().map_err(|_| {
+        Failure::usage(format!(
+            "--metrics: `{addr}` is not an address: give IP:port, like 127.0.0.1:9464"
+        ))
+    })?;
+    let auth = auth_for(setup, listen)?;
+    let exporter = Exporter::install().map_err(Failure::failed)?;
+    let (bound, task) = crate::serve::serve_metrics(listen, auth, Scrape { store, exporter })
+        .await
+        .map_err(Failure::usage)?;
+    eprintln!("metrics at http://{bound}/metrics");
+    Ok(task)
 }
 
 /// One stderr line per park and end (and every event with `-v`).

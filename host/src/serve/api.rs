@@ -1,4 +1,5 @@
-//! The HTTP API (`/v1`), the inbox page (`/`) and the OpenAPI document (`/openapi.json`).
+//! The HTTP API (`/v1`), the inbox page (`/`), the OpenAPI document (`/openapi.json`) and the
+//! metrics (`/metrics`).
 //!
 //! Invariant: every answer to an API call is JSON, and every refusal is
 //! `{"error": {"code", "message"}}` with a fitting status; the phase and waiting reason shown
@@ -25,12 +26,14 @@ use super::auth::{Auth, require_token};
 use super::bodies::{RequestBody, StartJob};
 use super::guard::{Guard, guard_requests, require_json};
 use super::live::{Hub, feed, job_stream};
+use super::metrics::Scrape;
 use super::plugins::{Change, PluginHost, PluginRequestError};
 use crate::engine::{
     Engine, JobEvent, JobState, JobStatus, WaitRequest, artifact_view, job_session,
 };
 
 use crate::store::{JobStore, StoreError, new_job_id};
+use crate::telemetry::Exporter;
 
 const INBOX_PAGE: &str = include_str!("inbox.html");
 const OPENAPI: &str = include_str!("openapi.json");
@@ -48,6 +51,7 @@ pub struct AppState {
     pub max_upload_bytes: usize,
     /// One permit per open event stream (`/v1/events`, a job's events).
     pub streams: Arc<tokio::sync::Semaphore>,
+    pub metrics: Exporter,
 }
 
 pub(super) type Shared = State<Arc<AppState>>;
@@ -94,6 +98,13 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", get(inbox_page))
         .route(
+            "/metrics",
+            get(metrics).route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                require_token,
+            )),
+        )
+        .route(
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
         )
@@ -104,6 +115,14 @@ pub fn router(state: Arc<AppState>) -> Router {
             guard_requests,
         ))
         .with_state(state)
+}
+
+async fn metrics(State(state): Shared) -> Response {
+    let scrape = Scrape {
+        store: state.store.clone(),
+        exporter: state.metrics.clone(),
+    };
+    scrape.render().await
 }
 
 /// A `POST` route that takes only JSON (see [`require_json`]).

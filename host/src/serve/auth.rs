@@ -1,11 +1,12 @@
-//! Bearer-token authentication of the API, and what each token may do.
+//! Bearer-token authentication of the API and of `/metrics`, and what each token may do.
 //!
-//! Invariant: with tokens configured, every `/v1` call must carry one of them
-//! (`Authorization: Bearer <token>`), on any address, and the token must hold the scope the
-//! call needs: `read` to look, `answer` to start jobs and answer, approve, deny, log in or
-//! cancel them, `admin` to install or remove plugins (code that runs with a name's grants).
-//! Without tokens the server only ever listens on loopback (checked when it starts). Tokens are
-//! compared in constant time and never written to a log, an error or a `Debug` output.
+//! Invariant: with tokens configured, every `/v1` call and every scrape of `/metrics` must carry
+//! one of them (`Authorization: Bearer <token>`), on any address, and the token must hold the
+//! scope the call needs: `metrics` to scrape, `read` to look, `answer` to start jobs and answer,
+//! approve, deny, log in or cancel them, `admin` to install or remove plugins (code that runs
+//! with a name's grants). Without tokens the server only ever listens on loopback (checked when
+//! it starts). Tokens are compared in constant time and never written to a log, an error or a
+//! `Debug` output.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,16 +21,19 @@ use super::api::{ApiError, AppState};
 /// What a token may do; each scope includes the ones before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scope {
+    /// Only `GET /metrics`: a token for a metrics scraper.
+    Metrics,
     Read,
     Answer,
     Admin,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 3] = [Scope::Read, Scope::Answer, Scope::Admin];
+    pub const ALL: [Scope; 4] = [Scope::Metrics, Scope::Read, Scope::Answer, Scope::Admin];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Scope::Metrics => "metrics",
             Scope::Read => "read",
             Scope::Answer => "answer",
             Scope::Admin => "admin",
@@ -40,10 +44,12 @@ impl Scope {
         Self::ALL.into_iter().find(|scope| scope.as_str() == text)
     }
 
-    /// The scope a call needs: looking needs `read`, plugin changes `admin`, any other change
-    /// `answer`.
+    /// The scope a call needs: the metrics need `metrics`, looking needs `read`, plugin
+    /// changes `admin`, any other change `answer`.
     fn needed(method: &Method, path: &str) -> Self {
-        if method == Method::GET || method == Method::HEAD {
+        if path == "/metrics" && (method == Method::GET || method == Method::HEAD) {
+            Scope::Metrics
+        } else if method == Method::GET || method == Method::HEAD {
             Scope::Read
         } else if path.starts_with("/v1/plugins") {
             Scope::Admin
@@ -117,38 +123,50 @@ pub async fn require_token(
     request: Request,
     next: Next,
 ) -> Response {
-    if state.auth.is_open() {
-        return next.run(request).await;
+    match state.auth.refusal(&request) {
+        None => next.run(request).await,
+        Some(refusal) => refusal,
     }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim);
-    // Inside `/v1` the router sees the path without its prefix; the original one is kept.
-    let path = request
-        .extensions()
-        .get::<axum::extract::OriginalUri>()
-        .map_or_else(
-            || request.uri().path().to_owned(),
-            |uri| uri.path().to_owned(),
-        );
-    let needed = Scope::needed(request.method(), &path);
-    match presented.map(|token| state.auth.admits(token)) {
-        Some(Some(scope)) if scope >= needed => next.run(request).await,
-        Some(Some(scope)) => ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden_scope",
-            format!(
-                "this token holds the `{}` scope; this call needs `{}`",
-                scope.as_str(),
-                needed.as_str()
+}
+
+impl Auth {
+    /// The refusal of `request`, unless it carries a token of ours with the scope it needs.
+    pub(super) fn refusal(&self, request: &Request) -> Option<Response> {
+        if self.is_open() {
+            return None;
+        }
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim);
+        // Inside `/v1` the router sees the path without its prefix; the original one is kept.
+        let path = request
+            .extensions()
+            .get::<axum::extract::OriginalUri>()
+            .map_or_else(
+                || request.uri().path().to_owned(),
+                |uri| uri.path().to_owned(),
+            );
+        let needed = Scope::needed(request.method(), &path);
+        match presented.map(|token| self.admits(token)) {
+            Some(Some(scope)) if scope >= needed => None,
+            Some(Some(scope)) => Some(
+                ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden_scope",
+                    format!(
+                        "this token holds the `{}` scope; this call needs `{}`",
+                        scope.as_str(),
+                        needed.as_str()
+                    ),
+                )
+                .into_response(),
             ),
-        )
-        .into_response(),
-        Some(None) => refuse("the bearer token is not valid for this server"),
-        None => refuse("this server needs `Authorization: Bearer <token>`"),
+            Some(None) => Some(refuse("the bearer token is not valid for this server")),
+            None => Some(refuse("this server needs `Authorization: Bearer <token>`")),
+        }
     }
 }
 
@@ -226,6 +244,12 @@ mod tests {
             Scope::needed(&Method::DELETE, "/v1/plugins/x"),
             Scope::Admin
         );
+        assert_eq!(Scope::needed(&Method::GET, "/metrics"), Scope::Metrics);
+        assert_eq!(Scope::needed(&Method::POST, "/metrics"), Scope::Answer);
         assert!(Scope::Admin > Scope::Answer && Scope::Answer > Scope::Read);
+        assert!(
+            Scope::Read > Scope::Metrics,
+            "a scrape token must not read jobs"
+        );
     }
 }

@@ -33,7 +33,7 @@ impl Guard {
     }
 
     /// Why a request with `headers` must be refused, if it must.
-    fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    pub(super) fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let host = headers
             .get(header::HOST)
             .and_then(|value| value.to_str().ok())

@@ -12,6 +12,7 @@ mod auth;
 mod bodies;
 mod guard;
 mod live;
+mod metrics;
 mod plugins;
 mod watch;
 
@@ -28,6 +29,7 @@ pub use auth::{Auth, Scope, Token};
 pub use bodies::{ROUTES_WITH_BODIES, check_request_body};
 pub use guard::Guard;
 pub use live::{Hub, Notice};
+pub use metrics::{Scrape, serve_metrics};
 pub use plugins::{Change, FailureSource, LoadFailure, PluginHost, PluginStatus, ServingState};
 pub use watch::{FolderWatch, watch_folder};
 
@@ -118,6 +120,7 @@ pub async fn start(
         .retain_finished
         .map(|age| tokio::spawn(retain(store.clone(), age)));
 
+    let metrics = crate::telemetry::Exporter::install()?;
     let state = Arc::new(AppState {
         store,
         engine,
@@ -128,6 +131,7 @@ pub async fn start(
         auth: settings.auth,
         max_upload_bytes: settings.max_upload_bytes,
         streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
+        metrics,
     });
     let shutdown = Arc::new(Notify::new());
     let http = {
