@@ -10,6 +10,8 @@
 //!   imports nothing (no WASI);
 //! - `call/bare_wasmtime_wasi` and `call/bare_wasmtime_no_wasi`: the floor, the same two
 //!   components fresh per call on bare wasmtime with the same engine (`bare_wasmtime.rs`);
+//! - `call/fresh_instance_metrics_recorded`: `call/fresh_instance` with the Prometheus
+//!   recorder installed, as in `maestro serve` and `maestro work`;
 //! - `load/cold_compile` and `load/cached`: loading a component with
 //!   Cranelift versus from the compiled-code cache.
 //!
@@ -109,6 +111,25 @@ fn calls(c: &mut Criterion) {
             assert_eq!(text, r#"{"text":"hi"}"#);
         })
     });
+
+    // Last, since a recorder once installed stays for the process: the rows above ran with
+    // the metrics facade a no-op, this one records every call as `maestro serve` does.
+    // A plugin registers its call metrics at its first call, so this one loads after.
+    let exporter = maestro::telemetry::Exporter::install().unwrap();
+    let recorded = rt
+        .block_on(runtime.load_file(Path::new(maestro_plugins::ECHO), PluginPolicy::default()))
+        .unwrap();
+    group.bench_function("fresh_instance_metrics_recorded", |b| {
+        b.iter(|| {
+            let outcome = rt.block_on(recorded.invoke(request.clone())).unwrap();
+            assert!(matches!(outcome, Outcome::Output(_)));
+        })
+    });
+    let scraped = exporter.render();
+    assert!(
+        scraped.contains(r#"maestro_tool_calls_total{plugin="echo",tool="echo""#),
+        "the recorded row recorded nothing:\n{scraped}"
+    );
     group.finish();
 }
 
