@@ -11,7 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use serve_support::{STATE_WAIT, ServerFolder, TestServer, approval_piece, has_ended};
+use serve_support::{
+    APPROVAL_SCRIPT, STATE_WAIT, ServerFolder, TestServer, approval_piece, has_ended,
+};
 
 /// A token whose only scope is `metrics`.
 const SCRAPE_TOKEN: &str = "scrape-only-0123456789abcdef";
@@ -28,24 +30,14 @@ movements:
     default_next: ABORT
 "#;
 
-const SCRIPT: &str = r#"
+/// The probe's turns; every other job plays the approval script.
+const PROBE_CONVERSATION: &str = r#"
 conversations:
   - input_contains: probe
     turns:
       - tool_calls: [{ name: alloc_bomb, arguments: {} }]
       - tool_calls: [{ name: panic, arguments: {} }]
       - tool_calls: [{ name: complete, arguments: { status: done, summary: "probed" } }]
-turns:
-  - text: "The change: rotate the API key of the staging service."
-  - tool_calls:
-      - name: RequestTool
-        arguments:
-          tool: RotateKey
-          reason: Rotate the staging API key as the user asked.
-          arguments: { service: staging }
-  - tool_calls:
-      - name: complete
-        arguments: { status: done, summary: "RotateKey was approved and ran." }
 "#;
 
 /// A Prometheus server on a free loopback port that scrapes `target` every second; killed on
@@ -193,7 +185,7 @@ fn host_port(server: &TestServer) -> String {
 async fn prometheus_scrapes_parks_resumes_limits_and_traps_with_a_scrape_only_token() {
     let folder = ServerFolder::new(
         &[approval_piece(), ("probe.yaml", PROBE_PIECE)],
-        SCRIPT,
+        &format!("{PROBE_CONVERSATION}{APPROVAL_SCRIPT}"),
         &[
             maestro_plugins::COMPLETE,
             maestro_plugins::REQUEST_TOOL,
