@@ -19,22 +19,17 @@
 //! per cycle by thread name.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use maestro::engine::{CancelFlag, Engine, JobStatus};
-use maestro::store::{JobStore, SqliteStore};
-use maestro::worker::{Worker, WorkerConfig};
-use maestro_benches::{Cycles, answer_parked, cpu_time, median, rate_with_range, stat_cpu_time};
-use tokio::sync::Notify;
+use maestro::engine::Engine;
+use maestro_benches::{CycleRound, cpu_time, median, rate_with_range, stat_cpu_time};
 
 maestro_benches::allocate_like_maestro!();
 
 const JOBS: usize = 10_000;
 /// Each worker size is measured this many times, on a fresh store each time.
 const ROUNDS: usize = 3;
-/// Answers recorded at once, like that many API clients or shells answering.
-const ANSWERERS: usize = 4;
 
 /// One measured batch of cycles.
 struct Round {
@@ -81,44 +76,12 @@ fn main() {
 /// Creates `JOBS` jobs, then runs a worker of `runners` until each has parked, been answered
 /// and completed.
 fn measure(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, runners: usize) -> Round {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(SqliteStore::open(dir.path().join("jobs.db")).expect("store opens"));
-    for n in 0..JOBS {
-        let job = engine
-            .new_job(format!("job-{n:06}"), Some("chat"), "hello".into())
-            .unwrap();
-        store.create(&job).unwrap();
-    }
-    let (parked, to_answer) = std::sync::mpsc::channel();
-    let stop = CancelFlag::default();
-    let bench = Arc::new(Cycles::new(JOBS, parked, stop.clone()));
-    let wake = Arc::new(Notify::new());
-    let worker = Arc::new(
-        Worker::new(
-            store.clone(),
-            engine.clone(),
-            WorkerConfig {
-                runners,
-                idle_poll: Duration::from_millis(5),
-                name: "bench".into(),
-                ..WorkerConfig::default()
-            },
-            wake.clone(),
-        )
-        .with_observer(bench.clone()),
-    );
-    let to_answer = Arc::new(Mutex::new(to_answer));
-    let answerers: Vec<_> = (0..ANSWERERS)
-        .map(|_| {
-            let (store, to_answer, wake) = (store.clone(), to_answer.clone(), wake.clone());
-            std::thread::spawn(move || answer_parked(&*store, &to_answer, &wake))
-        })
-        .collect();
+    let round = CycleRound::new(engine, runners, JOBS);
     let written_before = bytes_written();
     let threads_before = cpu_by_thread();
     let cpu_before = cpu_time();
     let started = Instant::now();
-    rt.block_on(worker.run(stop, false));
+    round.run(rt);
     let elapsed = started.elapsed();
     let cpu = cpu_time() - cpu_before;
     // Threads of this round only: the store's threads start and end with it.
@@ -142,13 +105,7 @@ fn measure(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, runners: usize) -
         );
     }
     let written = bytes_written() - written_before;
-    drop(worker);
-    drop(bench.parked.lock().unwrap().take());
-    for answerer in answerers {
-        answerer.join().expect("answerer");
-    }
-    let completed = store.list(Some(JobStatus::Completed), JOBS + 1).unwrap();
-    assert_eq!(completed.len(), JOBS);
+    round.finish();
     Round {
         elapsed,
         cpu_per_cycle: cpu / JOBS as u32,

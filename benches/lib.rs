@@ -1,10 +1,10 @@
 //! Benchmarks of maestro: the plugin runtime beside bare wasmtime (`runtime.rs`,
 //! `bare_wasmtime.rs`), tool loads by language (`example_load.rs`), hot loading
 //! (`hot_load.rs`), the engine's own cost per agent-loop step (`engine_steps.rs`), jobs through
-//! the store (`jobs.rs`), park → resume throughput of a worker (`cycle_throughput.rs`) and of nodes on PostgreSQL
-//! (`cluster_throughput.rs`), the
-//! memory of parked jobs (`parked_memory.rs`) and cycles through the HTTP API
-//! (`api_cycles.rs`). Run them with `cargo bench -p maestro-benches`.
+//! the store (`jobs.rs`), park → resume throughput of a worker (`cycle_throughput.rs`) and of
+//! nodes on PostgreSQL (`cluster_throughput.rs`), the memory of parked jobs
+//! (`parked_memory.rs`), cycles through the HTTP API (`api_cycles.rs`) and what metrics and
+//! traces cost (`telemetry_overhead.rs`). Run them with `cargo bench -p maestro-benches`.
 //!
 //! This library holds the set-up and the measurements the job benchmarks share. Each bench
 //! allocates through mimalloc, as the `maestro` binary does ([`allocate_like_maestro!`]).
@@ -22,7 +22,8 @@ use maestro::llm::ScriptedModel;
 use maestro::piece::parse_piece;
 use maestro::plugin::Resume;
 use maestro::plugin::{PluginPolicy, Runtime, RuntimeConfig};
-use maestro::store::JobStore;
+use maestro::store::{JobStore, SqliteStore};
+use maestro::worker::{Worker, WorkerConfig};
 use tokio::sync::Notify;
 
 pub use mimalloc::MiMalloc;
@@ -207,5 +208,87 @@ pub fn answer_parked(store: &dyn JobStore, to_answer: &Mutex<Receiver<String>>, 
             .answer(&id, &Resume::Answered("Oslo".into()).into(), None)
             .unwrap();
         wake.notify_one();
+    }
+}
+
+/// One round of a park → resume cycle bench: `jobs` new chat jobs in a fresh SQLite store, a
+/// worker of `runners` and the answerers that answer each job once it parked.
+pub struct CycleRound {
+    pub store: Arc<SqliteStore>,
+    worker: Arc<Worker>,
+    cycles: Arc<Cycles>,
+    stop: CancelFlag,
+    answerers: Vec<std::thread::JoinHandle<()>>,
+    jobs: usize,
+    _dir: tempfile::TempDir,
+}
+
+/// Answers recorded at once, like that many API clients or shells answering.
+pub const ANSWERERS: usize = 4;
+
+impl CycleRound {
+    /// Creates the jobs (set-up, outside any timed span) and the worker that will run them.
+    pub fn new(engine: &Arc<Engine>, runners: usize, jobs: usize) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Arc::new(SqliteStore::open(dir.path().join("jobs.db")).expect("store opens"));
+        for n in 0..jobs {
+            let job = engine
+                .new_job(format!("job-{n:06}"), Some("chat"), "hello".into())
+                .unwrap();
+            store.create(&job).unwrap();
+        }
+        let (parked, to_answer) = std::sync::mpsc::channel();
+        let stop = CancelFlag::default();
+        let cycles = Arc::new(Cycles::new(jobs, parked, stop.clone()));
+        let wake = Arc::new(Notify::new());
+        let worker = Arc::new(
+            Worker::new(
+                store.clone(),
+                engine.clone(),
+                WorkerConfig {
+                    runners,
+                    idle_poll: Duration::from_millis(5),
+                    name: "bench".into(),
+                    ..WorkerConfig::default()
+                },
+                wake.clone(),
+            )
+            .with_observer(cycles.clone()),
+        );
+        let to_answer = Arc::new(Mutex::new(to_answer));
+        let answerers = (0..ANSWERERS)
+            .map(|_| {
+                let (store, to_answer, wake) = (store.clone(), to_answer.clone(), wake.clone());
+                std::thread::spawn(move || answer_parked(&*store, &to_answer, &wake))
+            })
+            .collect();
+        Self {
+            store,
+            worker,
+            cycles,
+            stop,
+            answerers,
+            jobs,
+            _dir: dir,
+        }
+    }
+
+    /// Runs every job through its cycle: the span to time.
+    pub fn run(&self, rt: &tokio::runtime::Runtime) {
+        rt.block_on(self.worker.run(self.stop.clone(), false));
+    }
+
+    /// Ends the answerers and checks that every job completed.
+    pub fn finish(self) {
+        drop(self.worker);
+        drop(self.cycles.parked.lock().unwrap().take());
+        for answerer in self.answerers {
+            answerer.join().expect("answerer");
+        }
+        let completed = self
+            .store
+            .list(Some(JobStatus::Completed), self.jobs + 1)
+            .unwrap();
+        assert_eq!(completed.len(), self.jobs);
     }
 }
