@@ -3,7 +3,7 @@
 //! loads and lints YAML workflows; `phase` is the pure phase machine of
 //! sessions; `conformance` is the tool authors' check kit; `store` and `worker` keep and run
 //! jobs; `serve` is the HTTP server; `cli` is the `maestro` command. `telemetry`, below them
-//! all, names the metrics every layer records and exports them.
+//! all, names the metrics every layer records and exports them, and exports jobs' traces.
 
 pub mod cli;
 pub mod conformance;

@@ -481,6 +481,7 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
             "result": job.result,
             "parent": job.parent,
             "children": job.children,
+            "trace_id": job.trace.as_ref().map(|trace| &trace.trace_id),
             "session": session,
             "events": events,
         });
@@ -524,6 +525,9 @@ fn show(setup: &Setup, id: &str, json: bool) -> Result<(), Failure> {
         Err(error) => println!("phase     unknown: {error}"),
     }
     println!("movement  {}", job.movement);
+    if let Some(trace) = &job.trace {
+        println!("trace     {}", trace.trace_id);
+    }
     if let Some(wait) = &job.wait {
         let request = serde_json::to_string(&wait.request).unwrap_or_default();
         println!(

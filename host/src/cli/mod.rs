@@ -115,7 +115,6 @@ where
             };
         }
     };
-    init_tracing(cli.verbose);
     let tokio = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -126,7 +125,14 @@ where
             return ExitCode::from(2);
         }
     };
-    match tokio.block_on(execute(cli)) {
+    let traces = match init_tracing(cli.verbose, tokio.handle().clone()) {
+        Ok(traces) => traces,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let code = match tokio.block_on(execute(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             if let Some(message) = failure.message {
@@ -134,7 +140,12 @@ where
             }
             failure.code
         }
+    };
+    // While the runtime still runs: the last spans are sent on it.
+    if let Some(traces) = traces {
+        traces.shutdown();
     }
+    code
 }
 
 /// `text` with control characters (but newline and tab) and bidirectional overrides written as
@@ -212,8 +223,14 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-fn init_tracing(verbose: u8) {
-    use tracing_subscriber::EnvFilter;
+/// Logs to stderr as `-v` or `MAESTRO_LOG` ask; and the engine's spans to an OTLP collector
+/// when the environment names one (see `telemetry::Traces`), whatever the log level.
+fn init_tracing(
+    verbose: u8,
+    runtime: tokio::runtime::Handle,
+) -> Result<Option<crate::telemetry::Traces>, String> {
+    use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
     let filter = match std::env::var("MAESTRO_LOG") {
         Ok(spec) => EnvFilter::new(spec),
         Err(_) => EnvFilter::new(match verbose {
@@ -223,11 +240,22 @@ fn init_tracing(verbose: u8) {
             _ => "trace",
         }),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(filter);
+    let (traces, spans) = match crate::telemetry::Traces::from_env(runtime)? {
+        Some((traces, layer)) => {
+            let ours = Targets::new().with_target("maestro", LevelFilter::INFO);
+            (Some(traces), Some(layer.with_filter(ours)))
+        }
+        None => (None, None),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(spans)
         .try_init();
+    Ok(traces)
 }
 
 #[cfg(test)]

@@ -13,6 +13,8 @@
 //! call the model made gets exactly one answer in the conversation (parked calls get theirs on
 //! resume).
 
+use tracing::Instrument;
+
 use super::answer::Answer;
 use super::events::{JobEvent, Observer};
 use super::job::{GateOwner, JobState, PinnedPlugin, ResumePoint, Wait};
@@ -100,8 +102,20 @@ pub(crate) async fn run_movement(
             messages: job.conversation.to_vec(),
             tools: tools.clone(),
         };
-        let reply = match cx.model.reply(&request).await {
-            Ok(reply) => reply,
+        let span = tracing::info_span!(
+            "model.request",
+            maestro.turn = job.turns,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty
+        );
+        let reply = match cx.model.reply(&request).instrument(span.clone()).await {
+            Ok(reply) => {
+                if let Some(usage) = &reply.usage {
+                    span.record("gen_ai.usage.input_tokens", usage.input_tokens);
+                    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+                }
+                reply
+            }
             Err(error) => {
                 return MovementResult::unsettled(format!(
                     "the model gave no reply in movement `{}`: {error}",

@@ -217,6 +217,9 @@ pub struct JobState {
     /// of how long parks last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parked_at_ms: Option<i64>,
+    /// The job's trace, from its first run in a process that exports traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::telemetry::JobTrace>,
     /// Child jobs spawned by this job, oldest first.
     pub children: Vec<String>,
     /// Approvals not used yet.
@@ -265,6 +268,7 @@ impl JobState {
             wait: None,
             wait_expires_at_ms: None,
             parked_at_ms: None,
+            trace: None,
             children: Vec::new(),
             grants: Vec::new(),
             result: None,
@@ -304,6 +308,7 @@ impl JobState {
             wait,
             wait_expires_at_ms,
             parked_at_ms,
+            trace,
             children,
             grants,
             result,
@@ -329,6 +334,7 @@ impl JobState {
             wait,
             wait_expires_at_ms,
             parked_at_ms,
+            trace,
             children,
             grants,
             result,
@@ -372,6 +378,8 @@ struct JobCore<'a> {
     wait_expires_at_ms: &'a Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     parked_at_ms: &'a Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trace: &'a Option<crate::telemetry::JobTrace>,
     children: &'a Vec<String>,
     grants: &'a Vec<Grant>,
     result: &'a Option<String>,
@@ -389,6 +397,11 @@ mod tests {
         job.result = Some("done".into());
         job.wait_expires_at_ms = Some(7);
         job.parked_at_ms = Some(5);
+        job.trace = Some(crate::telemetry::JobTrace {
+            trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
+            span_id: "b7ad6b7169203331".into(),
+            started_ms: 3,
+        });
         let core = serde_json::to_value(job.without_conversation()).unwrap();
         let mut whole = serde_json::to_value(&job).unwrap();
         whole.as_object_mut().unwrap().remove("conversation");

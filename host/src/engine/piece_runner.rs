@@ -11,6 +11,7 @@
 //! resume movement — a park without one is an error, never a silent end.
 
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
 
 use super::agent_loop::{self, LoopContext};
 use super::answer::Answer;
@@ -367,7 +368,10 @@ pub(crate) async fn run_piece(
                 },
             );
         }
-        let result = agent_loop::run_movement(cx, movement, job, resume.take()).await;
+        let span = tracing::info_span!("movement", maestro.movement = %job.movement);
+        let result = agent_loop::run_movement(cx, movement, job, resume.take())
+            .instrument(span)
+            .await;
         let step = map_movement_result(
             result,
             MapContext {

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, InstancePre, ResourceTableError, ResourceType};
 use wasmtime::{CallHook, Store, StoreContextMut, Trap, UpdateDeadline};
@@ -210,12 +211,21 @@ impl Plugin {
     pub async fn invoke(&self, request: CallRequest) -> Result<Outcome, CallError> {
         let started = Instant::now();
         let calls = self.calls.tool(&request.tool);
-        let result = self.invoke_counted(request).await;
+        let span = tracing::info_span!("tool.call", maestro.plugin = %self.name,
+            maestro.tool = %request.tool, maestro.content_hash = %self.content_hash,
+            maestro.call.id = %request.call_id, maestro.outcome = tracing::field::Empty,
+            maestro.limit = tracing::field::Empty);
+        let result = self.invoke_counted(request).instrument(span.clone()).await;
         let limit = match &result {
             Err(CallError::Limit(limit)) => Some(limit.name()),
             _ => None,
         };
-        calls.record(outcome_label(&result), limit, started.elapsed());
+        let outcome = outcome_label(&result);
+        span.record("maestro.outcome", outcome);
+        if let Some(limit) = limit {
+            span.record("maestro.limit", limit);
+        }
+        calls.record(outcome, limit, started.elapsed());
         result
     }
 

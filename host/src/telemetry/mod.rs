@@ -1,4 +1,5 @@
-//! Metrics: every number the host exports, each named once here, and their Prometheus exporter.
+//! Metrics: every number the host exports, each named once here, and their Prometheus exporter;
+//! and the OpenTelemetry traces of jobs (`traces`).
 //!
 //! Invariant: every layer records through the functions of this module, which go through the
 //! `metrics` facade; until [`Exporter::install`] puts a recorder in place (`maestro serve`,
@@ -8,8 +9,10 @@
 //! statuses; never a job id or free text.
 
 mod calls;
+mod traces;
 
 pub use calls::{CallMetrics, ToolCalls, UNKNOWN_TOOL};
+pub use traces::{JobTrace, Traces, tracing_on};
 
 use std::sync::OnceLock;
 use std::time::Duration;

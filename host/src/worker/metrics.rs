@@ -11,7 +11,7 @@ use crate::engine::{JobState, PieceRunResult};
 use crate::telemetry;
 
 /// The reason a job waits, in the metrics' words: a human's wait by its reason, else subtasks.
-fn wait_reason(state: &JobState) -> &'static str {
+pub(super) fn wait_reason(state: &JobState) -> &'static str {
     match state.wait.as_ref().and_then(|wait| wait.reason) {
         Some(reason) => reason.as_str(),
         None => "subtasks",

@@ -11,11 +11,13 @@
 mod metrics;
 mod outage;
 mod spawner;
+mod traced;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 pub use spawner::StoreSpawner;
 
@@ -420,6 +422,8 @@ impl JobRun<'_> {
                 }
             }
         }
+        let resumed = traced::begin(&mut state, resume.as_ref(), now_ms());
+        let span = traced::run_span(&state, resume.is_some());
         let lease_lost = CancelFlag::default();
         let keeper = self.keep_lease(&state.id, cancel.clone(), lease_lost.clone());
         let recorder = Recorder {
@@ -429,7 +433,9 @@ impl JobRun<'_> {
         let run = self
             .engine
             .run(&mut state, resume, &recorder, &cancel)
+            .instrument(span.clone())
             .await;
+        span.record("maestro.status", state.status.as_str());
         keeper.abort();
         let mut events = recorder.take();
         let result = match run {
@@ -448,6 +454,7 @@ impl JobRun<'_> {
             events,
             result,
             lease_lost,
+            resumed,
         }
     }
 
@@ -483,10 +490,15 @@ struct Ran {
     events: Vec<JobEvent>,
     result: Option<PieceRunResult>,
     lease_lost: CancelFlag,
+    /// The park this run resumed from, for the trace.
+    resumed: Option<traced::Resumed>,
 }
 
 impl Ran {
     fn saved(self, saved: Result<(), StoreError>) -> RunDone {
+        if saved.is_ok() {
+            traced::saved(&self.state, self.resumed);
+        }
         let lease_lost =
             self.lease_lost.is_cancelled() || matches!(saved, Err(StoreError::LeaseLost { .. }));
         RunDone {

@@ -1,0 +1,266 @@
+//! A job's OpenTelemetry trace across processes: `maestro run` parks a chat job and exits,
+//! `maestro jobs answer` resumes and ends it in another process, and a collector on loopback
+//! receives, over OTLP/HTTP, one trace from the two: the job's root span, a run span from each
+//! process under it, their movements, model requests and tool calls, and the park, as long as
+//! the job waited.
+
+mod cli_support;
+mod common;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+
+use cli_support::{maestro, scripted_flags, text, with};
+
+/// Every span the collector received.
+type Received = Arc<Mutex<Vec<Span>>>;
+
+/// An OTLP/HTTP collector of traces on a free loopback port.
+fn start_collector(runtime: &tokio::runtime::Runtime) -> (SocketAddr, Received) {
+    let received = Received::default();
+    let app = Router::new()
+        .route(
+            "/v1/traces",
+            post(|State(received): State<Received>, body: Bytes| async move {
+                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP request");
+                let spans = request
+                    .resource_spans
+                    .into_iter()
+                    .flat_map(|resource| resource.scope_spans)
+                    .flat_map(|scope| scope.spans);
+                received.lock().unwrap().extend(spans);
+                (
+                    [("content-type", "application/x-protobuf")],
+                    Vec::<u8>::new(),
+                )
+            }),
+        )
+        .with_state(received.clone());
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, received)
+}
+
+/// `maestro ARGS --store STORE`, exporting its traces to `collector`.
+fn traced(collector: SocketAddr, store: &str, args: &[&str]) -> Output {
+    let output = common::maestro_command()
+        .args(args)
+        .arg("--store")
+        .arg(store)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{collector}"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    output
+}
+
+fn attribute(span: &Span, key: &str) -> Option<String> {
+    let value = span
+        .attributes
+        .iter()
+        .find(|kv| kv.key == key)?
+        .value
+        .as_ref()?;
+    match value.value.as_ref()? {
+        AnyValue::StringValue(text) => Some(text.clone()),
+        AnyValue::IntValue(number) => Some(number.to_string()),
+        AnyValue::BoolValue(flag) => Some(flag.to_string()),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
+    spans.iter().filter(|span| span.name == name).collect()
+}
+
+fn lasted(span: &Span) -> Duration {
+    Duration::from_nanos(span.end_time_unix_nano - span.start_time_unix_nano)
+}
+
+fn unix_nanos(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+#[test]
+fn a_job_parked_in_one_process_and_ended_in_another_is_one_trace() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (collector, received) = start_collector(&runtime);
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("jobs.db").display().to_string();
+    let flags = scripted_flags("chat.yaml");
+
+    let began = SystemTime::now();
+    let run = traced(
+        collector,
+        &store,
+        &with(&["run", "chat", "--input", "What should I pack?"], &flags),
+    );
+    assert!(
+        text(&run).contains("parked: waiting_human (input)"),
+        "{}",
+        text(&run)
+    );
+    let id = text(&run)
+        .split_whitespace()
+        .find(|word| word.starts_with("job-"))
+        .expect("the run names its job")
+        .to_owned();
+    // The job waits at least this long: from the first process's exit to the second's start.
+    let parked_by = Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+    let answered_after = parked_by.elapsed();
+    let answer = traced(
+        collector,
+        &store,
+        &with(&["jobs", "answer", &id, "Lisbon"], &flags),
+    );
+    assert!(
+        text(&answer).contains("completed: Packing list ready"),
+        "{}",
+        text(&answer)
+    );
+    let ended = SystemTime::now();
+
+    // Each process sent its spans before it exited.
+    let spans = received.lock().unwrap().clone();
+    assert!(
+        !named(&spans, "job").is_empty(),
+        "no job span in {spans:#?}"
+    );
+
+    let traces: HashSet<&Vec<u8>> = spans.iter().map(|span| &span.trace_id).collect();
+    assert_eq!(traces.len(), 1, "one trace for the whole job");
+    // Kept with the job: a run anywhere, any time later, joins the same trace.
+    let trace_id: String = spans[0]
+        .trace_id
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let show = maestro(&store, &["jobs", "show", &id, "--json"]);
+    let shown: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(
+        shown["trace_id"],
+        trace_id.as_str(),
+        "the job keeps its trace"
+    );
+
+    let jobs = named(&spans, "job");
+    assert_eq!(jobs.len(), 1);
+    let job = jobs[0];
+    assert!(job.parent_span_id.is_empty(), "the job's span is the root");
+    assert_eq!(
+        attribute(job, "maestro.job.id").as_deref(),
+        Some(id.as_str())
+    );
+    assert_eq!(
+        attribute(job, "maestro.status").as_deref(),
+        Some("completed")
+    );
+    assert!(job.start_time_unix_nano >= unix_nanos(began));
+    assert!(job.end_time_unix_nano <= unix_nanos(ended));
+
+    let runs = named(&spans, "run");
+    assert_eq!(runs.len(), 2, "a run in each process");
+    for run in &runs {
+        assert_eq!(
+            run.parent_span_id, job.span_id,
+            "a run is a child of the job"
+        );
+        // The job began (kept to the millisecond) as its first run did.
+        assert!(run.start_time_unix_nano >= job.start_time_unix_nano);
+        assert!(run.end_time_unix_nano <= job.end_time_unix_nano);
+    }
+    let resumed: Vec<Option<String>> = runs
+        .iter()
+        .map(|run| attribute(run, "maestro.resumed"))
+        .collect();
+    assert!(resumed.contains(&Some("false".into())) && resumed.contains(&Some("true".into())));
+
+    let parks = named(&spans, "park");
+    assert_eq!(parks.len(), 1);
+    let park = parks[0];
+    assert_eq!(park.parent_span_id, job.span_id);
+    assert_eq!(
+        attribute(park, "maestro.wait.reason").as_deref(),
+        Some("input")
+    );
+    assert!(
+        lasted(park) >= answered_after,
+        "the park lasted {:?}, the job waited at least {answered_after:?}",
+        lasted(park)
+    );
+    let (first, second) = match runs[0].start_time_unix_nano < runs[1].start_time_unix_nano {
+        true => (runs[0], runs[1]),
+        false => (runs[1], runs[0]),
+    };
+    // It begins as the first run ends (kept to the millisecond) and ends before the second.
+    let ms = Duration::from_millis(1).as_nanos() as u64;
+    assert!(park.start_time_unix_nano <= first.end_time_unix_nano);
+    assert!(park.start_time_unix_nano + ms >= first.end_time_unix_nano);
+    assert!(park.end_time_unix_nano <= second.start_time_unix_nano);
+
+    let run_ids: HashSet<&Vec<u8>> = runs.iter().map(|run| &run.span_id).collect();
+    let movements = named(&spans, "movement");
+    assert!(movements.len() >= 2, "{movements:#?}");
+    for movement in &movements {
+        assert!(
+            run_ids.contains(&movement.parent_span_id),
+            "a movement is a run's"
+        );
+        assert_eq!(
+            attribute(movement, "maestro.movement").as_deref(),
+            Some("chat")
+        );
+    }
+    let movement_ids: HashSet<&Vec<u8>> = movements.iter().map(|m| &m.span_id).collect();
+    let requests = named(&spans, "model.request");
+    assert!(requests.len() >= 2);
+    assert!(
+        requests
+            .iter()
+            .all(|r| movement_ids.contains(&r.parent_span_id))
+    );
+
+    let calls = named(&spans, "tool.call");
+    assert!(
+        calls
+            .iter()
+            .all(|c| movement_ids.contains(&c.parent_span_id))
+    );
+    let outcomes: Vec<String> = calls
+        .iter()
+        .filter_map(|call| attribute(call, "maestro.outcome"))
+        .collect();
+    assert!(outcomes.contains(&"park:ask".to_owned()), "{outcomes:?}");
+    assert!(
+        outcomes.contains(&"terminal:complete".to_owned()),
+        "{outcomes:?}"
+    );
+    for call in &calls {
+        assert_eq!(
+            attribute(call, "maestro.plugin").as_deref(),
+            Some("complete")
+        );
+        let hash = attribute(call, "maestro.content_hash").unwrap_or_default();
+        assert_eq!(hash.len(), 64, "the version that ran: {hash:?}");
+    }
+}
