@@ -304,3 +304,54 @@ fn piece_lint_passes_the_examples_and_names_each_problem() {
         "{report}"
     );
 }
+
+#[test]
+fn piece_graph_draws_a_piece_by_name_in_each_format_and_marks_a_movement() {
+    let pieces = Path::new(env!("CARGO_MANIFEST_DIR")).join("../pieces");
+    let pieces = pieces.to_str().unwrap();
+    let draw = |format: &str, extra: &[&str]| {
+        let mut args = vec![
+            "piece", "graph", "research", "--pieces", pieces, "--format", format,
+        ];
+        args.extend_from_slice(extra);
+        let output = maestro().args(&args).output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let mermaid = draw("mermaid", &["--current", "gather"]);
+    assert!(mermaid.starts_with("flowchart TD\n"), "{mermaid}");
+    assert!(mermaid.contains("class m1 current"), "{mermaid}");
+    let dot = draw("dot", &[]);
+    assert!(
+        dot.starts_with("digraph \"research\" {") && dot.ends_with("}\n"),
+        "{dot}"
+    );
+    let svg = draw("svg", &["--current", "write"]);
+    assert!(
+        svg.contains("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains(r#"id="node-m2" class="node movement current" data-movement="write""#),
+        "{svg}"
+    );
+
+    // A piece file works without a pieces folder; a movement it lacks is a usage error.
+    let file = Path::new(pieces).join("chat.yaml");
+    let output = maestro()
+        .args([
+            "piece",
+            "graph",
+            file.to_str().unwrap(),
+            "--current",
+            "nowhere",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("--current: piece `chat` has no movement `nowhere`"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -1,4 +1,5 @@
-//! `maestro piece lint`: check pieces before anything runs them.
+//! `maestro piece lint`: check pieces before anything runs them; `maestro piece graph`: draw
+//! one.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -7,7 +8,8 @@ use clap::Subcommand;
 
 use super::Failure;
 use super::plugin::plugin_name;
-use crate::piece::{Piece, PieceError, lint, lint_together, load_dir, load_piece};
+use super::setup::find_piece;
+use crate::piece::{Piece, PieceError, PieceGraph, lint, lint_together, load_dir, load_piece};
 use crate::plugin::{Policy, Runtime};
 
 #[derive(Debug, Subcommand)]
@@ -24,17 +26,83 @@ pub enum PieceCommand {
         #[arg(long, value_name = "FILE", env = "MAESTRO_POLICY")]
         policy: Option<PathBuf>,
     },
+    /// Draw a piece: its movements, where rules and default_next lead, its ends and its parks.
+    Graph {
+        /// A piece file, or the name of a piece in the pieces folder.
+        piece: String,
+        /// The pieces folder [default: `pieces` when it exists].
+        #[arg(long, value_name = "DIR", env = "MAESTRO_PIECES")]
+        pieces: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
+        format: GraphFormat,
+        /// Mark this movement (where a job stands).
+        #[arg(long, value_name = "MOVEMENT")]
+        current: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum GraphFormat {
+    /// Mermaid flowchart text (renders on GitHub and in most Markdown viewers).
+    Mermaid,
+    /// Graphviz DOT text.
+    Dot,
+    /// A finished SVG picture.
+    Svg,
 }
 
 pub async fn execute(
     command: &PieceCommand,
     runtime: impl FnOnce() -> Result<Runtime, Failure>,
 ) -> Result<(), Failure> {
-    let PieceCommand::Lint {
-        path,
-        plugins,
-        policy,
-    } = command;
+    match command {
+        PieceCommand::Lint {
+            path,
+            plugins,
+            policy,
+        } => lint_pieces(path, plugins, policy.as_deref(), runtime).await,
+        PieceCommand::Graph {
+            piece,
+            pieces,
+            format,
+            current,
+        } => graph(piece, pieces.as_deref(), *format, current.as_deref()),
+    }
+}
+
+fn graph(
+    piece: &str,
+    pieces: Option<&Path>,
+    format: GraphFormat,
+    current: Option<&str>,
+) -> Result<(), Failure> {
+    let default = Path::new("pieces");
+    let pieces = pieces.or_else(|| default.is_dir().then_some(default));
+    let piece = find_piece(pieces, piece)?;
+    if let Some(movement) = current
+        && piece.movement(movement).is_none()
+    {
+        return Err(Failure::usage(format!(
+            "--current: piece `{}` has no movement `{movement}`",
+            piece.name.value
+        )));
+    }
+    let graph = PieceGraph::of(&piece);
+    let drawn = match format {
+        GraphFormat::Mermaid => graph.mermaid(current),
+        GraphFormat::Dot => graph.dot(current),
+        GraphFormat::Svg => graph.svg(current),
+    };
+    print!("{drawn}");
+    Ok(())
+}
+
+async fn lint_pieces(
+    path: &Path,
+    plugins: &Path,
+    policy: Option<&Path>,
+    runtime: impl FnOnce() -> Result<Runtime, Failure>,
+) -> Result<(), Failure> {
     let policy = match policy {
         Some(file) => Policy::from_file(file).map_err(Failure::usage)?,
         None => Policy::default(),

@@ -555,24 +555,7 @@ impl Setup {
     }
 
     fn find_piece(&self, piece: &str) -> Result<Piece, Failure> {
-        let as_path = Path::new(piece);
-        if as_path.extension().is_some() || as_path.components().count() > 1 {
-            return load_piece(as_path).map_err(Failure::usage);
-        }
-        let Some(dir) = &self.pieces else {
-            return Err(Failure::usage(format!(
-                "piece `{piece}`: no pieces folder (give --pieces, or a piece file)"
-            )));
-        };
-        let (pieces, errors) = load_dir(dir);
-        if let Some(found) = pieces.into_iter().find(|p| p.name.value == piece) {
-            return Ok(found);
-        }
-        let mut message = format!("no piece named `{piece}` in {}", dir.display());
-        for error in errors {
-            message.push_str(&format!("\n  {error}"));
-        }
-        Err(Failure::usage(message))
+        find_piece(self.pieces.as_deref(), piece)
     }
 
     async fn catalog(&self, runtime: &Runtime) -> Result<ToolCatalog, Failure> {
@@ -691,6 +674,29 @@ pub fn shell_quote(text: &str) -> String {
     } else {
         format!("'{}'", text.replace('\'', r"'\''"))
     }
+}
+
+/// `piece`: a piece file (a path, or a name with an extension), else the piece of that name in
+/// the `pieces` folder.
+pub(super) fn find_piece(pieces: Option<&Path>, piece: &str) -> Result<Piece, Failure> {
+    let as_path = Path::new(piece);
+    if as_path.extension().is_some() || as_path.components().count() > 1 {
+        return load_piece(as_path).map_err(Failure::usage);
+    }
+    let Some(dir) = pieces else {
+        return Err(Failure::usage(format!(
+            "piece `{piece}`: no pieces folder (give --pieces, or a piece file)"
+        )));
+    };
+    let (pieces, errors) = load_dir(dir);
+    if let Some(found) = pieces.into_iter().find(|p| p.name.value == piece) {
+        return Ok(found);
+    }
+    let mut message = format!("no piece named `{piece}` in {}", dir.display());
+    for error in errors {
+        message.push_str(&format!("\n  {error}"));
+    }
+    Err(Failure::usage(message))
 }
 
 #[cfg(test)]

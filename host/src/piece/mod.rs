@@ -6,9 +6,11 @@
 //! `WAIT_SUBTASKS`, every `default_next` names a movement, `COMPLETE` or `ABORT`, the initial
 //! movement exists, movement names are unique, every movement is reachable, and every tool is
 //! provided by a known plugin. Sentinels other than `WAIT_SUBTASKS` never appear in `rules[].next`:
-//! they are produced by control-flow tools, not by the piece author.
+//! they are produced by control-flow tools, not by the piece author. [`PieceGraph`] draws a
+//! piece.
 
 mod error;
+mod graph;
 mod lint;
 mod load;
 mod model;
@@ -16,9 +18,12 @@ mod model;
 #[cfg(test)]
 mod example_pieces_tests;
 #[cfg(test)]
+mod graph_tests;
+#[cfg(test)]
 mod lint_tests;
 
 pub use error::{LintError, LintKind, PieceError};
+pub use graph::{Edge, EdgeKind, Node, NodeKind, PieceGraph};
 pub use lint::{INPUT_SLOT, lint, lint_together};
 pub use load::{load_dir, load_piece, parse_piece};
 pub use model::{
