@@ -39,8 +39,18 @@ pub struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace); or set MAESTRO_LOG.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// How log lines are written on stderr: `text`, or `json` (one object per line, with the
+    /// job, call, plugin and trace each line happened in).
+    #[arg(long, global = true, env = "MAESTRO_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -125,7 +135,7 @@ where
             return ExitCode::from(2);
         }
     };
-    let traces = match init_tracing(cli.verbose, tokio.handle().clone()) {
+    let traces = match init_tracing(cli.verbose, cli.log_format, tokio.handle().clone()) {
         Ok(traces) => traces,
         Err(message) => {
             eprintln!("error: {message}");
@@ -223,13 +233,14 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-/// Logs to stderr as `-v` or `MAESTRO_LOG` ask; and the engine's spans to an OTLP collector
-/// when the environment names one (see `telemetry::Traces`), whatever the log level.
+/// Logs to stderr as `-v` or `MAESTRO_LOG` ask, in `format`; and the engine's spans to an OTLP
+/// collector when the environment names one (see `telemetry::Traces`), whatever the log level.
 fn init_tracing(
     verbose: u8,
+    format: LogFormat,
     runtime: tokio::runtime::Handle,
 ) -> Result<Option<crate::telemetry::Traces>, String> {
-    use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+    use tracing_subscriber::filter::{EnvFilter, FilterExt, LevelFilter, Targets, filter_fn};
     use tracing_subscriber::prelude::*;
     let filter = match std::env::var("MAESTRO_LOG") {
         Ok(spec) => EnvFilter::new(spec),
@@ -240,10 +251,27 @@ fn init_tracing(
             _ => "trace",
         }),
     };
-    let logs = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_filter(filter);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .with_filter(filter)
+            .boxed(),
+        // Each line names the job, call and plugin it happened in: the engine's spans are on
+        // for this layer whatever the level of its lines.
+        LogFormat::Json => {
+            let ours = filter_fn(|meta| meta.is_span() && meta.target().starts_with("maestro"));
+            tracing_subscriber::fmt::layer()
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(true)
+                .with_writer(std::io::stderr)
+                .with_filter(filter.or(ours))
+                .boxed()
+        }
+    };
     let (traces, spans) = match crate::telemetry::Traces::from_env(runtime)? {
         Some((traces, layer)) => {
             let ours = Targets::new().with_target("maestro", LevelFilter::INFO);

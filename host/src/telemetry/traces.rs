@@ -135,14 +135,12 @@ impl JobTrace {
         Some(Context::new().with_remote_span_context(root))
     }
 
-    /// A span for one run of the job, a child of its root; the engine's spans nest in it.
-    pub fn run_span(&self, job: &str, piece: &str, resumed: bool) -> tracing::Span {
-        let span = tracing::info_span!("run", maestro.job.id = %job, maestro.piece = %piece,
-            maestro.resumed = resumed, maestro.status = tracing::field::Empty);
+    /// Makes `span` (a run of the job) a child of the job's root span, naming the trace.
+    pub fn join(&self, span: &tracing::Span) {
         if let Some(parent) = self.parent() {
             let _ = span.set_parent(parent);
         }
-        span
+        span.record("maestro.trace_id", self.trace_id.as_str());
     }
 
     /// The span of a park: from `parked_ms` (Unix ms, as kept with the job) until its answer

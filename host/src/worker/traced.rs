@@ -36,13 +36,16 @@ pub(super) fn begin(state: &mut JobState, answer: Option<&Answer>, now_ms: i64) 
     })
 }
 
-/// The span of this run of `state`, a child of the job's root span; a disabled one if the
-/// job has no trace.
+/// The span of this run of `state`: a child of the job's root span if the job has a trace.
+/// Its fields name the job on every log line of the run (`--log-format json`).
 pub(super) fn run_span(state: &JobState, resumed: bool) -> tracing::Span {
-    match &state.trace {
-        Some(trace) => trace.run_span(&state.id, &state.piece, resumed),
-        None => tracing::Span::none(),
+    let span = tracing::info_span!("run", maestro.job.id = %state.id,
+        maestro.piece = %state.piece, maestro.resumed = resumed,
+        maestro.status = tracing::field::Empty, maestro.trace_id = tracing::field::Empty);
+    if let Some(trace) = &state.trace {
+        trace.join(&span);
     }
+    span
 }
 
 /// Writes what the saved run ended in the trace: the park it resumed from, and the job if it
