@@ -355,3 +355,52 @@ fn piece_graph_draws_a_piece_by_name_in_each_format_and_marks_a_movement() {
         stderr(&output)
     );
 }
+
+#[test]
+fn loading_a_folder_says_what_it_compiled_and_draws_a_bar_on_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    for path in [artifacts::ECHO, artifacts::COMPLETE] {
+        std::fs::copy(path, plugins.join(Path::new(path).file_name().unwrap())).unwrap();
+    }
+    let cache = dir.path().join("cache");
+    let list = [
+        "plugin",
+        "list",
+        plugins.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ];
+
+    // Not a terminal: a line per component compiled, none for one taken from the cache.
+    let (first, listed) = run(&list);
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+    for name in ["complete", "echo"] {
+        assert!(
+            stderr(&first).contains(&format!("compiled {name} in ")),
+            "{}",
+            stderr(&first)
+        );
+    }
+    let (again, _) = run(&list);
+    assert!(again.status.success());
+    assert!(!stderr(&again).contains("compiled"), "{}", stderr(&again));
+
+    // On a terminal (a pseudo-terminal from `script`): the bar.
+    std::fs::remove_dir_all(&cache).unwrap();
+    let command = std::iter::once(env!("CARGO_BIN_EXE_maestro").to_owned())
+        .chain(list.iter().map(|arg| arg.to_string()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let output = Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("TERM", "xterm")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{shown}");
+    assert!(shown.contains("loading plugins"), "{shown}");
+    assert!(shown.contains("compiled echo in "), "{shown}");
+}

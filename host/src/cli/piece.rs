@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::Subcommand;
 
 use super::Failure;
-use super::plugin::plugin_name;
+use super::folder::load_folder;
 use super::setup::find_piece;
 use crate::piece::{Piece, PieceError, PieceGraph, lint, lint_together, load_dir, load_piece};
 use crate::plugin::{Policy, Runtime};
@@ -142,23 +142,11 @@ async fn tool_names(
     dir: &Path,
     policy: &Policy,
 ) -> Result<BTreeSet<String>, Failure> {
-    let entries = std::fs::read_dir(dir).map_err(|err| {
-        Failure::usage(format!(
-            "cannot read plugin folder {}: {err}",
-            dir.display()
-        ))
-    })?;
     let mut names = BTreeSet::new();
-    for path in entries.filter_map(|entry| entry.ok().map(|e| e.path())) {
-        if path.extension().is_none_or(|ext| ext != "wasm") {
-            continue;
-        }
-        match runtime
-            .load_file(&path, policy.for_plugin(&plugin_name(&path)))
-            .await
-        {
+    for loaded in load_folder(runtime, dir, policy).await? {
+        match loaded.plugin {
             Ok(plugin) => names.extend(plugin.specs().iter().map(|spec| spec.name.clone())),
-            Err(err) => eprintln!("warning: {}: {err}", path.display()),
+            Err(err) => eprintln!("warning: {}: {err}", loaded.path.display()),
         }
     }
     Ok(names)

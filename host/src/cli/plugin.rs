@@ -6,6 +6,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::Failure;
+use super::folder::{Loaded, load_folder};
 use super::setup::shell_quote;
 use crate::plugin::{CallRequest, Outcome, Plugin, Policy, Resume, Runtime};
 
@@ -179,29 +180,23 @@ fn describe_json(plugin: &Plugin) -> serde_json::Value {
 }
 
 async fn list(runtime: &Runtime, dir: &Path, policy: &Policy) -> Result<(), Failure> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|err| Failure::usage(format!("cannot read {}: {err}", dir.display())))?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
-        .collect();
-    paths.sort();
-    let mut rows = Vec::new();
-    for path in paths {
-        let name = plugin_name(&path);
-        match runtime.load_file(&path, policy.for_plugin(&name)).await {
-            Ok(plugin) => rows.push(json!({
+    let rows: Vec<serde_json::Value> = load_folder(runtime, dir, policy)
+        .await?
+        .into_iter()
+        .map(|Loaded { path, name, plugin }| match plugin {
+            Ok(plugin) => json!({
                 "plugin": name,
                 "path": path,
                 "content_hash": plugin.content_hash(),
                 "tools": plugin.specs().iter().map(|spec| &spec.name).collect::<Vec<_>>(),
-            })),
-            Err(err) => rows.push(json!({
+            }),
+            Err(err) => json!({
                 "plugin": name,
                 "path": path,
                 "error": { "code": err.code(), "message": err.to_string() },
-            })),
-        }
-    }
+            }),
+        })
+        .collect();
     print_json(&serde_json::Value::Array(rows));
     Ok(())
 }

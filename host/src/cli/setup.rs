@@ -13,7 +13,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use super::Failure;
-use super::plugin::plugin_name;
+use super::folder::load_folder;
 use crate::engine::{Engine, EngineLimits, ToolCatalog};
 use crate::llm::ModelConfig;
 use crate::piece::{LintError, Piece, load_dir, load_piece};
@@ -565,26 +565,13 @@ impl Setup {
             ));
         };
         let policy = self.policy(runtime)?;
-        let entries = std::fs::read_dir(dir).map_err(|err| {
-            Failure::usage(format!(
-                "cannot read plugin folder {}: {err}",
-                dir.display()
-            ))
-        })?;
-        let mut paths: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .map(|entry| entry.path())
-            .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
-            .collect();
-        paths.sort();
         let mut plugins = Vec::new();
-        for path in paths {
-            let name = plugin_name(&path);
-            match runtime.load_file(&path, policy.for_plugin(&name)).await {
+        for loaded in load_folder(runtime, dir, &policy).await? {
+            match loaded.plugin {
                 Ok(plugin) => plugins.push(Arc::new(plugin)),
                 // A broken plugin must not stop the others; a piece that needs its tools is
                 // refused by lint, naming the tool.
-                Err(err) => eprintln!("warning: {}: not loaded: {err}", path.display()),
+                Err(err) => eprintln!("warning: {}: not loaded: {err}", loaded.path.display()),
             }
         }
         ToolCatalog::new(plugins).map_err(Failure::usage)
