@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use serve_support::{APPROVAL_SCRIPT, ServerFolder, TestServer, approval_piece, read_events};
+use serve_support::{
+    APPROVAL_SCRIPT, ServerFolder, TOKEN, TestServer, approval_piece, read_events,
+};
 
 fn approval_server() -> TestServer {
     TestServer::start(ServerFolder::new(
@@ -114,6 +116,28 @@ async fn a_job_parks_streams_its_events_and_resumes_once_approved() {
         json!({ "service": "staging", "revoke_old_after_minutes": 60 })
     );
     let wait_id = wait["id"].as_u64().unwrap();
+
+    // Its piece, drawn, with the movement it waits in marked; under a policy that runs nothing.
+    let graph = server
+        .http
+        .get(server.url(&format!("/v1/jobs/{id}/graph")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(graph.status(), 200);
+    assert_eq!(graph.headers()["content-type"], "image/svg+xml");
+    let policy = graph.headers()["content-security-policy"].to_str().unwrap();
+    assert!(policy.starts_with("default-src 'none'"), "{policy}");
+    let svg = graph.text().await.unwrap();
+    assert!(
+        svg.contains(r#"class="node movement current" data-movement="apply""#),
+        "{svg}"
+    );
+    let (status, _) = server
+        .call(reqwest::Method::GET, "/v1/jobs/job-none/graph", None)
+        .await;
+    assert_eq!(status, 404);
 
     let listed = server.get("/v1/jobs?status=waiting_human").await;
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 1);

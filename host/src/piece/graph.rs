@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use super::model::{DefaultNext, Next, Piece, Sentinel};
+use super::model::{DefaultNext, Located, Next, Piece, Sentinel};
 
 /// The tool whose outcome ends the piece (DESIGN: `terminal.complete`).
 const COMPLETE_TOOL: &str = "complete";
@@ -91,8 +91,7 @@ impl PieceGraph {
         }
         for (index, movement) in piece.movements.iter().enumerate() {
             let name = &movement.name.value;
-            let tools: Vec<&str> = movement.tools.iter().map(|t| t.value.as_str()).collect();
-            let detail = (!tools.is_empty()).then(|| tools.join(", "));
+            let detail = (!movement.tools.is_empty()).then(|| names(&movement.tools));
             let initial = *name == piece.initial_movement.value;
             let id = format!("m{index}");
             graph.node(
@@ -139,35 +138,28 @@ impl PieceGraph {
                 graph.edge(&id, next, Some("otherwise"), EdgeKind::Default);
             }
             if !movement.approve.is_empty() {
-                let park = format!("{id}_approve");
-                let gated: Vec<&str> = movement.approve.iter().map(|t| t.value.as_str()).collect();
-                let label = format!("approve {}", gated.join(", "));
+                let detail = format!("approve {}", names(&movement.approve));
                 let sentinel = Sentinel::WaitingHumanToolRequest;
-                graph.node(
-                    &park,
-                    sentinel.as_str(),
-                    Some(label),
-                    NodeKind::Park(sentinel),
-                    None,
+                graph.round_trip(
+                    &id,
+                    "approve",
+                    sentinel,
+                    detail,
+                    "asks",
+                    "approved or denied",
                 );
-                graph.edge(&id, &park, Some("asks"), EdgeKind::Park);
-                graph.edge(&park, &id, Some("approved or denied"), EdgeKind::Park);
             }
             if !movement.workers.is_empty() {
-                let park = format!("{id}_worker");
-                let workers: Vec<&str> =
-                    movement.workers.iter().map(|w| w.value.as_str()).collect();
-                let label = format!("worker {}", workers.join(", "));
-                let sentinel = Sentinel::WaitingHumanWorker;
-                graph.node(
-                    &park,
-                    sentinel.as_str(),
-                    Some(label),
-                    NodeKind::Park(sentinel),
-                    None,
+                let detail = format!("worker {}", names(&movement.workers));
+                let (asks, back) = ("worker asks or hands in", "answered");
+                graph.round_trip(
+                    &id,
+                    "worker",
+                    Sentinel::WaitingHumanWorker,
+                    detail,
+                    asks,
+                    back,
                 );
-                graph.edge(&id, &park, Some("worker asks or hands in"), EdgeKind::Park);
-                graph.edge(&park, &id, Some("answered"), EdgeKind::Park);
             }
             if movement
                 .tools
@@ -196,6 +188,23 @@ impl PieceGraph {
             kind,
             movement: movement.map(str::to_owned),
         });
+    }
+
+    /// A park the movement `from` enters (`asks`) and comes back from (`back`).
+    fn round_trip(
+        &mut self,
+        from: &str,
+        suffix: &str,
+        sentinel: Sentinel,
+        detail: String,
+        asks: &str,
+        back: &str,
+    ) {
+        let park = format!("{from}_{suffix}");
+        let kind = NodeKind::Park(sentinel);
+        self.node(&park, sentinel.as_str(), Some(detail), kind, None);
+        self.edge(from, &park, Some(asks), EdgeKind::Park);
+        self.edge(&park, from, Some(back), EdgeKind::Park);
     }
 
     /// The end node of `sentinel`, added once.
@@ -423,6 +432,12 @@ impl PieceGraph {
         out.push_str("}\n");
         out
     }
+}
+
+/// The names of a list of the piece, comma-separated.
+fn names(list: &[Located<String>]) -> String {
+    let names: Vec<&str> = list.iter().map(|name| name.value.as_str()).collect();
+    names.join(", ")
 }
 
 /// `text` escaped for an XML attribute value in double quotes.

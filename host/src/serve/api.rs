@@ -1,5 +1,5 @@
 //! The HTTP API (`/v1`), the inbox page (`/`), the OpenAPI document (`/openapi.json`) and the
-//! metrics (`/metrics`).
+//! metrics (`/metrics`). A job's graph is drawn in `job_graph`.
 //!
 //! Invariant: every answer to an API call is JSON, and every refusal is
 //! `{"error": {"code", "message"}}` with a fitting status; the phase and waiting reason shown
@@ -81,6 +81,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/jobs/{id}/reject", json_post(answers::reject))
         .route("/jobs/{id}/revise", json_post(answers::revise))
         .route("/jobs/{id}/artifacts", get(artifacts))
+        .route("/jobs/{id}/graph", get(super::job_graph::job_graph))
         .route("/inbox", get(inbox))
         .route("/events", get(events))
         .fallback(no_such_endpoint)

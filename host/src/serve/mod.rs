@@ -11,6 +11,7 @@ mod api;
 mod auth;
 mod bodies;
 mod guard;
+mod job_graph;
 mod live;
 mod metrics;
 mod plugins;
