@@ -289,7 +289,6 @@ impl Worker {
             tracing::warn!(job = %claimed.state.id, "{error}");
         }
         let _busy = self.busy.start(self.config.runners.max(1));
-        let resuming = metrics::Resuming::of(&claimed.state, claimed.resume.is_some(), now_ms());
         let run = JobRun {
             store: self.store.clone(),
             engine: &self.engine,
@@ -327,7 +326,7 @@ impl Worker {
             (ran.saved(saved), next)
         };
         if done.saved.is_ok() {
-            metrics::count_saved_run(resuming, &done.state, done.result.as_ref());
+            metrics::count_saved_run(done.resumed.as_ref(), &done.state, done.result.as_ref());
             self.outage.progressed();
             if let Some(observer) = &self.observer {
                 observer.on_saved(&done.state.id, done.state.status);
@@ -379,6 +378,8 @@ pub struct RunDone {
     pub saved: Result<(), StoreError>,
     /// The lease went to another runner during the run (the save is then refused).
     pub lease_lost: bool,
+    /// The park the run resumed from.
+    resumed: Option<metrics::Resumed>,
 }
 
 impl JobRun<'_> {
@@ -422,7 +423,9 @@ impl JobRun<'_> {
                 }
             }
         }
-        let resumed = traced::begin(&mut state, resume.as_ref(), now_ms());
+        let now = now_ms();
+        traced::begin(&mut state, now);
+        let resumed = metrics::Resumed::of(&state, resume.as_ref(), now);
         let span = traced::run_span(&state, resume.is_some());
         let lease_lost = CancelFlag::default();
         let keeper = self.keep_lease(&state.id, cancel.clone(), lease_lost.clone());
@@ -490,14 +493,14 @@ struct Ran {
     events: Vec<JobEvent>,
     result: Option<PieceRunResult>,
     lease_lost: CancelFlag,
-    /// The park this run resumed from, for the trace.
-    resumed: Option<traced::Resumed>,
+    /// The park this run resumed from.
+    resumed: Option<metrics::Resumed>,
 }
 
 impl Ran {
     fn saved(self, saved: Result<(), StoreError>) -> RunDone {
         if saved.is_ok() {
-            traced::saved(&self.state, self.resumed);
+            traced::saved(&self.state, self.resumed.as_ref());
         }
         let lease_lost =
             self.lease_lost.is_cancelled() || matches!(saved, Err(StoreError::LeaseLost { .. }));
@@ -506,6 +509,7 @@ impl Ran {
             result: self.result,
             saved,
             lease_lost,
+            resumed: self.resumed,
         }
     }
 }
