@@ -86,13 +86,29 @@ pub struct JobSummary {
     pub updated_at_ms: i64,
 }
 
-/// An event as stored: its place in the job's log and when it was written.
+/// An event as stored: its place in the job's log and when it happened (Unix ms): on the
+/// runner's clock for the events of a run, on the store's for the rest and for events stored
+/// before runs timed their events, which take their save's time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StoredEvent {
     pub seq: u64,
     pub at_ms: i64,
     #[serde(flatten)]
     pub event: JobEvent,
+}
+
+/// An event handed to a save, with when it happened on the runner's clock (Unix ms); `None`
+/// takes the save's time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimedEvent {
+    pub event: JobEvent,
+    pub at_ms: Option<i64>,
+}
+
+impl From<JobEvent> for TimedEvent {
+    fn from(event: JobEvent) -> Self {
+        Self { event, at_ms: None }
+    }
 }
 
 /// A job handed to a runner: its state and, for a resumed job, the answer to apply.
@@ -185,10 +201,10 @@ pub trait JobStore: Send + Sync {
     /// Writes the job after (part of) a run by `owner`, with the events the run produced,
     /// atomically, and releases the lease unless the job is still running. Refused when
     /// `owner` no longer holds the lease, so a runner that lost its job cannot overwrite it.
-    fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError>;
+    fn save(&self, job: &JobState, events: &[TimedEvent], owner: &str) -> Result<(), StoreError>;
 
     /// [`JobStore::save`] for a runner, without blocking its thread.
-    fn save_async(&self, job: &JobState, events: &[JobEvent], owner: &str) -> StoreFuture<()>;
+    fn save_async(&self, job: &JobState, events: &[TimedEvent], owner: &str) -> StoreFuture<()>;
 
     /// A runner's step from one job to the next in one commit: saves `job` as
     /// [`JobStore::save`] does and takes the next runnable job as [`JobStore::claim_next`]
@@ -196,7 +212,7 @@ pub trait JobStore: Send + Sync {
     fn save_and_claim_next(
         &self,
         job: &JobState,
-        events: &[JobEvent],
+        events: &[TimedEvent],
         owner: &str,
         lease_ms: i64,
     ) -> StoreFuture<Handoff>;

@@ -15,7 +15,9 @@
 //! the same place, which is correct but not cheaper. Everything here is serialized by the
 //! caller, off the thread that commits, which only runs SQL.
 
-use super::{ClaimedJob, StoredEvent};
+use serde::{Deserialize, Serialize};
+
+use super::{ClaimedJob, StoredEvent, TimedEvent};
 use crate::engine::{Answer, Conversation, JobEvent, JobState, JobStatus};
 use crate::llm::Message;
 
@@ -100,12 +102,34 @@ pub(super) struct EventBatch {
 }
 
 impl EventBatch {
-    pub fn of(events: &[JobEvent]) -> Result<Self, serde_json::Error> {
+    pub fn of(events: &[TimedEvent]) -> Result<Self, serde_json::Error> {
+        let stamped: Vec<Stamped<&JobEvent>> = events
+            .iter()
+            .map(|timed| Stamped {
+                event: &timed.event,
+                at_ms: timed.at_ms,
+            })
+            .collect();
         Ok(Self {
             count: events.len(),
-            json: serde_json::to_string(events)?,
+            json: serde_json::to_string(&stamped)?,
         })
     }
+
+    /// One event that happens as it is written (an answer, a cancel, an end outside a run).
+    pub fn one(event: JobEvent) -> Result<Self, serde_json::Error> {
+        Self::of(&[event.into()])
+    }
+}
+
+/// An event in a log batch: the event's own fields, and `at_ms` when it happened before the
+/// batch was written (a batch written before events were timed has none).
+#[derive(Serialize, Deserialize)]
+struct Stamped<E> {
+    #[serde(flatten)]
+    event: E,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    at_ms: Option<i64>,
 }
 
 /// Everything one save writes.
@@ -116,7 +140,7 @@ pub(super) struct SaveRecord {
 }
 
 impl SaveRecord {
-    pub fn of(job: &JobState, events: &[JobEvent]) -> Result<Self, serde_json::Error> {
+    pub fn of(job: &JobState, events: &[TimedEvent]) -> Result<Self, serde_json::Error> {
         Ok(Self {
             row: JobRow::of(job)?,
             messages: MessageTail::of(&job.conversation)?,
@@ -177,13 +201,17 @@ pub(super) fn numbered_events(
 ) -> Result<Vec<StoredEvent>, String> {
     let mut events = Vec::new();
     for (first, at_ms, text) in batches {
-        let batch: Vec<JobEvent> =
+        let batch: Vec<Stamped<JobEvent>> =
             serde_json::from_str(&text).map_err(|e| format!("events from {first}: {e}"))?;
         let numbered = (first as u64..).zip(batch);
         events.extend(
             numbered
                 .filter(|(seq, _)| *seq > after)
-                .map(|(seq, event)| StoredEvent { seq, at_ms, event }),
+                .map(|(seq, stamped)| StoredEvent {
+                    seq,
+                    at_ms: stamped.at_ms.unwrap_or(at_ms),
+                    event: stamped.event,
+                }),
         );
     }
     Ok(events)

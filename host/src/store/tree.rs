@@ -157,7 +157,7 @@ pub(super) fn cancel_tree(
     let event = end_outside(&mut state, JobStatus::Cancelled, reason);
     let row = JobRow::of(&state).map_err(|e| rows.db_error(e))?;
     rows.write_state(&row, at, None)?;
-    let event = EventBatch::of(&[event]).map_err(|e| rows.db_error(e))?;
+    let event = EventBatch::one(event).map_err(|e| rows.db_error(e))?;
     // A job cancelled before any save still has its conversation in its state, which the row
     // just written no longer holds: it goes to the log.
     let messages = MessageTail::of(&state.conversation).map_err(|e| rows.db_error(e))?;
@@ -187,7 +187,7 @@ pub(super) fn cancel_overrides(
     });
     let finished = end_outside(&mut state, JobStatus::Cancelled, &detail);
     let row = JobRow::of(&state).map_err(|e| rows.db_error(e))?;
-    let finished = EventBatch::of(&[finished]).map_err(|e| rows.db_error(e))?;
+    let finished = EventBatch::one(finished).map_err(|e| rows.db_error(e))?;
     Ok(Some((row, finished)))
 }
 

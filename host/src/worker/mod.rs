@@ -24,7 +24,7 @@ pub use spawner::StoreSpawner;
 use crate::engine::{
     CancelFlag, Engine, JobEvent, JobState, JobStatus, Observer, PieceRunResult, end_outside,
 };
-use crate::store::{ClaimedJob, Handoff, JobChange, JobStore, StoreError};
+use crate::store::{ClaimedJob, Handoff, JobChange, JobStore, StoreError, TimedEvent};
 use crate::telemetry;
 
 #[derive(Debug, Clone)]
@@ -446,7 +446,10 @@ impl JobRun<'_> {
             Err(refused) => {
                 tracing::error!(job = %state.id, "the engine refused the job: {refused}");
                 let finished = end_outside(&mut state, JobStatus::Error, &refused.to_string());
-                events.push(finished);
+                events.push(TimedEvent {
+                    event: finished,
+                    at_ms: Some(now_ms()),
+                });
                 None
             }
         };
@@ -490,7 +493,7 @@ impl JobRun<'_> {
 /// A run that ended or parked, not saved yet.
 struct Ran {
     state: JobState,
-    events: Vec<JobEvent>,
+    events: Vec<TimedEvent>,
     result: Option<PieceRunResult>,
     lease_lost: CancelFlag,
     /// The park this run resumed from.
@@ -527,14 +530,15 @@ fn now_ms() -> i64 {
         .map_or(0, |now| now.as_millis() as i64)
 }
 
-/// Keeps a run's events for the save, and shows them to the worker's observer.
+/// Keeps a run's events for the save, each with when it happened (the job page's durations),
+/// and shows them to the worker's observer.
 struct Recorder {
-    events: Mutex<Vec<JobEvent>>,
+    events: Mutex<Vec<TimedEvent>>,
     forward: Option<Arc<dyn Observer>>,
 }
 
 impl Recorder {
-    fn take(&self) -> Vec<JobEvent> {
+    fn take(&self) -> Vec<TimedEvent> {
         std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -544,7 +548,10 @@ impl Observer for Recorder {
         self.events
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(event.clone());
+            .push(TimedEvent {
+                event: event.clone(),
+                at_ms: Some(now_ms()),
+            });
         if let Some(forward) = &self.forward {
             forward.on_event(job_id, event);
         }

@@ -29,9 +29,9 @@ use super::rules::{self, ClaimedRow, unreadable_is_none};
 use super::tree::{self, CancelOutcome};
 use super::{
     ClaimedJob, Handoff, JobChange, JobStore, JobSummary, PublishedPlugin, Schema, StoreError,
-    StoreFuture, StoredEvent,
+    StoreFuture, StoredEvent, TimedEvent,
 };
-use crate::engine::{Answer, JobEvent, JobState, JobStatus};
+use crate::engine::{Answer, JobState, JobStatus};
 
 /// Connections per store: the changes and reads a node has in flight at once.
 const CONNECTIONS: usize = 8;
@@ -436,14 +436,14 @@ impl JobStore for PostgresStore {
             .change_async(move |rows| rules::renew(rows, &id, &owner, at + lease_ms))
     }
 
-    fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError> {
+    fn save(&self, job: &JobState, events: &[TimedEvent], owner: &str) -> Result<(), StoreError> {
         let record = SaveRecord::of(job, events).map_err(|e| self.shared.error(e))?;
         let (owner, at) = (owner.to_owned(), self.shared.now());
         self.shared
             .change(move |rows| rules::save(rows, &record, &owner, at))
     }
 
-    fn save_async(&self, job: &JobState, events: &[JobEvent], owner: &str) -> StoreFuture<()> {
+    fn save_async(&self, job: &JobState, events: &[TimedEvent], owner: &str) -> StoreFuture<()> {
         let record = match SaveRecord::of(job, events) {
             Ok(record) => record,
             Err(error) => return super::ready(Err(self.shared.error(error))),
@@ -456,7 +456,7 @@ impl JobStore for PostgresStore {
     fn save_and_claim_next(
         &self,
         job: &JobState,
-        events: &[JobEvent],
+        events: &[TimedEvent],
         owner: &str,
         lease_ms: i64,
     ) -> StoreFuture<Handoff> {

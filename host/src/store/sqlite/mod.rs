@@ -18,10 +18,10 @@ use super::record::{JobRow, SaveRecord, StoredText, numbered_events};
 use super::rules::{self, ClaimedRow, now_ms, unreadable_is_none};
 use super::tree::{self, CancelOutcome};
 use super::{
-    ClaimedJob, Handoff, JobStore, JobSummary, StoreError, StoreFuture, StoredEvent,
+    ClaimedJob, Handoff, JobStore, JobSummary, StoreError, StoreFuture, StoredEvent, TimedEvent,
     known_statuses, ready,
 };
-use crate::engine::{Answer, JobEvent, JobState, JobStatus};
+use crate::engine::{Answer, JobState, JobStatus};
 
 /// Schema versions, applied in order; the index + 1 is the `user_version` after each.
 const MIGRATIONS: &[&str] = &[
@@ -601,13 +601,13 @@ impl JobStore for SqliteStore {
         }))
     }
 
-    fn save(&self, job: &JobState, events: &[JobEvent], owner: &str) -> Result<(), StoreError> {
+    fn save(&self, job: &JobState, events: &[TimedEvent], owner: &str) -> Result<(), StoreError> {
         let record = SaveRecord::of(job, events).map_err(|e| self.db.db_error(e))?;
         let (owner, at) = (owner.to_owned(), now_ms());
         self.write(change(move |rows| rules::save(rows, &record, &owner, at)))
     }
 
-    fn save_async(&self, job: &JobState, events: &[JobEvent], owner: &str) -> StoreFuture<()> {
+    fn save_async(&self, job: &JobState, events: &[TimedEvent], owner: &str) -> StoreFuture<()> {
         let record = match SaveRecord::of(job, events) {
             Ok(record) => record,
             Err(error) => return ready(Err(self.db.db_error(error))),
@@ -619,7 +619,7 @@ impl JobStore for SqliteStore {
     fn save_and_claim_next(
         &self,
         job: &JobState,
-        events: &[JobEvent],
+        events: &[TimedEvent],
         owner: &str,
         lease_ms: i64,
     ) -> StoreFuture<Handoff> {

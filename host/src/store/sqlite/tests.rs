@@ -177,7 +177,7 @@ fn events_of_a_first_schema_store_keep_their_numbers() {
     // A save of three events continues the numbering, and `after` may fall inside it.
     store.create(&job("j1")).unwrap();
     store.claim("j1", "r", 60_000).unwrap().unwrap();
-    let three = [JobStatus::Running, JobStatus::Running, JobStatus::Completed].map(finished);
+    let three = [JobStatus::Running, JobStatus::Running, JobStatus::Completed].map(|status| finished(status).into());
     let mut state = job("j1");
     state.status = JobStatus::Completed;
     store.save(&state, &three, "r").unwrap();
@@ -262,7 +262,7 @@ fn wal_bytes_of_save(path: &std::path::Path, store: &SqliteStore, state: &JobSta
         movement: "chat".into(),
         count: 1,
     };
-    store.save(state, &[event], "r").unwrap();
+    store.save(state, &[event.into()], "r").unwrap();
     std::fs::metadata(&wal).unwrap().len()
 }
 

@@ -5,7 +5,7 @@ use super::{
 };
 use crate::engine::{JobEvent, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitRequest};
 use crate::plugin::{CallRequest, Resume};
-use crate::store::{CancelOutcome, StoreError};
+use crate::store::{CancelOutcome, StoreError, TimedEvent};
 
 pub(super) fn a_created_job_is_pending_and_claimed_once(fixture: &Fixture) {
     let store = fixture.store();
@@ -109,10 +109,10 @@ pub(super) fn saves_append_numbered_events_and_keep_them(fixture: &Fixture) {
         movement: "chat".into(),
         count: 1,
     };
-    store.save(&state, &[entered], "r").unwrap();
+    store.save(&state, &[entered.into()], "r").unwrap();
     state.status = JobStatus::Completed;
     store
-        .save(&state, &[finished(JobStatus::Completed)], "r")
+        .save(&state, &[finished(JobStatus::Completed).into()], "r")
         .unwrap();
     let reopened = fixture.reopen();
     let store = &*reopened;
@@ -121,6 +121,45 @@ pub(super) fn saves_append_numbered_events_and_keep_them(fixture: &Fixture) {
     assert_eq!(events[1].event, finished(JobStatus::Completed));
     assert_eq!(store.events("j1", 1).unwrap().len(), 1);
     assert_eq!(store.load("j1").unwrap().1, JobStatus::Completed);
+}
+
+pub(super) fn a_runs_events_keep_when_they_happened_and_the_rest_when_written(fixture: &Fixture) {
+    let store = fixture.store();
+    store.create(&job("j1")).unwrap();
+    store.claim("j1", "r", 60_000).unwrap().unwrap();
+    let mut state = job("j1");
+    state.status = JobStatus::Completed;
+    let entered = JobEvent::MovementEntered {
+        movement: "chat".into(),
+        count: 1,
+    };
+    // Two events of one run, long before the save (a tool call that took 1.5 s in between).
+    let run = [
+        TimedEvent {
+            event: entered.clone(),
+            at_ms: Some(1_000),
+        },
+        TimedEvent {
+            event: finished(JobStatus::Completed),
+            at_ms: Some(2_500),
+        },
+    ];
+    store.save(&state, &run, "r").unwrap();
+    let reopened = fixture.reopen();
+    let events = reopened.events("j1", 0).unwrap();
+    let times: Vec<i64> = events.iter().map(|e| e.at_ms).collect();
+    assert_eq!(times, [1_000, 2_500]);
+    assert_eq!(events[0].event, entered);
+    // An event without a time of its own takes its save's: now, on the store's clock.
+    store.create(&job("j2")).unwrap();
+    store.claim("j2", "r", 60_000).unwrap().unwrap();
+    let mut state = job("j2");
+    state.status = JobStatus::Completed;
+    store
+        .save(&state, &[finished(JobStatus::Completed).into()], "r")
+        .unwrap();
+    let written = store.events("j2", 0).unwrap()[0].at_ms;
+    assert!(written > 1_600_000_000_000, "the save's time: {written}");
 }
 
 pub(super) fn cancel_ends_a_waiting_job_but_not_a_finished_one(fixture: &Fixture) {
@@ -302,7 +341,7 @@ pub(super) fn a_refused_save_still_hands_the_runner_its_next_job(fixture: &Fixtu
     let handoff = runtime
         .block_on(store.save_and_claim_next(
             &state,
-            &[finished(JobStatus::Completed)],
+            &[finished(JobStatus::Completed).into()],
             "slow",
             60_000,
         ))

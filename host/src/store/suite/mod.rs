@@ -164,6 +164,7 @@ on_every_store!(
     cases::a_runner_that_lost_its_lease_cannot_save_and_a_dead_run_can_be_cancelled,
     cases::a_wait_is_answered_exactly_once,
     cases::saves_append_numbered_events_and_keep_them,
+    cases::a_runs_events_keep_when_they_happened_and_the_rest_when_written,
     cases::cancel_ends_a_waiting_job_but_not_a_finished_one,
     cases::list_is_newest_first_and_filters_by_status,
     cases::an_expired_wait_resumes_with_expired_and_an_answered_one_does_not,
@@ -283,7 +284,7 @@ pub(super) fn completed(store: &dyn JobStore, id: &str, parent: Option<&str>) {
     store.claim(id, "r", 60_000).unwrap().unwrap();
     state.status = JobStatus::Completed;
     store
-        .save(&state, &[finished(JobStatus::Completed)], "r")
+        .save(&state, &[finished(JobStatus::Completed).into()], "r")
         .unwrap();
 }
 

@@ -32,7 +32,7 @@ pub(super) fn many_nodes_on_one_database_run_each_job_exactly_once(fixture: &Fix
                         let mut state = claimed.state;
                         state.status = JobStatus::Completed;
                         store
-                            .save(&state, &[finished(JobStatus::Completed)], &owner)
+                            .save(&state, &[finished(JobStatus::Completed).into()], &owner)
                             .unwrap();
                         ran.push(state.id);
                     }
@@ -86,7 +86,7 @@ pub(super) fn children_ending_at_once_on_many_nodes_release_their_parent_exactly
                     let owner = state.id.clone();
                     state.status = JobStatus::Completed;
                     start.wait();
-                    node.save(&state, &[finished(JobStatus::Completed)], &owner)
+                    node.save(&state, &[finished(JobStatus::Completed).into()], &owner)
                         .unwrap();
                 });
             }
