@@ -172,24 +172,29 @@ async fn a_post_a_form_could_send_changes_nothing_and_approve_names_its_wait() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_inbox_page_may_run_only_its_own_script_and_is_never_framed() {
+async fn the_pages_may_run_only_their_own_script_and_are_never_framed() {
     let server = open_server();
-    let page = server.request(Method::GET, "/").send().await.unwrap();
-    assert_eq!(page.status(), 200);
-    let header = |name: &str| page.headers()[name].to_str().unwrap().to_owned();
-    let policy = header("content-security-policy");
-    for directive in [
-        "default-src 'none'",
-        "script-src 'sha256-",
-        "style-src 'sha256-",
-        "connect-src 'self'",
-        "frame-ancestors 'none'",
-    ] {
-        assert!(policy.contains(directive), "{directive} in {policy}");
+    for path in ["/", "/jobs/job-0123"] {
+        let page = server.request(Method::GET, path).send().await.unwrap();
+        assert_eq!(page.status(), 200, "{path}");
+        let header = |name: &str| page.headers()[name].to_str().unwrap().to_owned();
+        let policy = header("content-security-policy");
+        for directive in [
+            "default-src 'none'",
+            "script-src 'sha256-",
+            "style-src 'sha256-",
+            "connect-src 'self'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(
+                policy.contains(directive),
+                "{directive} in {policy} ({path})"
+            );
+        }
+        assert!(!policy.contains("unsafe-inline"), "{policy}");
+        assert_eq!(header("x-content-type-options"), "nosniff");
+        assert_eq!(header("x-frame-options"), "DENY");
     }
-    assert!(!policy.contains("unsafe-inline"), "{policy}");
-    assert_eq!(header("x-content-type-options"), "nosniff");
-    assert_eq!(header("x-frame-options"), "DENY");
     // The API's answers are never sniffed either.
     let api = server
         .request(Method::GET, "/v1/health")

@@ -9,26 +9,7 @@ mod serve_support;
 use fantoccini::{Client, Locator};
 use serde_json::json;
 use serve_support::browser::{Chromedriver, browser};
-use serve_support::{STATE_WAIT, ServerFolder, TOKEN, TestServer};
-
-fn server() -> TestServer {
-    TestServer::start(ServerFolder::new(
-        &[
-            (
-                "commission.yaml",
-                include_str!("../../pieces/commission.yaml"),
-            ),
-            ("report.yaml", include_str!("../../pieces/report.yaml")),
-        ],
-        include_str!("../../pieces/scripts/commission.yaml"),
-        &[
-            maestro_plugins::COMPLETE,
-            maestro_plugins::HAND_IN,
-            maestro_plugins::RUN_WORKER,
-        ],
-        true,
-    ))
-}
+use serve_support::{STATE_WAIT, TOKEN, commission_server};
 
 /// The job's card once it shows a wait of `kind`.
 async fn card(page: &Client, job: &str, kind: &str) -> fantoccini::elements::Element {
@@ -61,7 +42,7 @@ async fn type_into(card: &fantoccini::elements::Element, css: &str, text: &str) 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_inbox_walks_a_job_from_its_piece_to_its_accepted_report() {
-    let server = server();
+    let server = commission_server();
     let (status, job) = server
         .post("/v1/jobs", json!({ "input": "A report for the council." }))
         .await;

@@ -112,6 +112,8 @@ async fn the_typical_path_walks_through_the_http_api() {
         job["waiting_reason"]["questions"],
         json!(["Who will read the report on the Lisbon trams?"])
     );
+    // The worker is one of the jobs this one started.
+    assert_eq!(job["children"], json!([worker]));
     // The inbox shows the parent, not the worker whose question it carries.
     let inbox = server.get("/v1/inbox").await;
     let waiting: Vec<&str> = inbox["jobs"]

@@ -1,5 +1,5 @@
-//! The HTTP API (`/v1`), the inbox page (`/`), the OpenAPI document (`/openapi.json`) and the
-//! metrics (`/metrics`). A job's graph is drawn in `job_graph`.
+//! The HTTP API (`/v1`), the OpenAPI document (`/openapi.json`) and the metrics (`/metrics`).
+//! A job's graph is drawn in `job_graph`, the pages (`/`, `/jobs/{id}`) are `ui`'s.
 //!
 //! Invariant: every answer to an API call is JSON, and every refusal is
 //! `{"error": {"code", "message"}}` with a fitting status; the phase and waiting reason shown
@@ -15,7 +15,7 @@ use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{KeepAlive, Sse};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -35,7 +35,6 @@ use crate::engine::{
 use crate::store::{JobStore, StoreError, new_job_id};
 use crate::telemetry::Exporter;
 
-const INBOX_PAGE: &str = include_str!("inbox.html");
 const OPENAPI: &str = include_str!("openapi.json");
 
 /// What every handler reaches.
@@ -97,7 +96,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             require_token,
         ));
     Router::new()
-        .route("/", get(inbox_page))
+        .merge(super::ui::routes())
         .route(
             "/metrics",
             get(metrics).route_layer(axum::middleware::from_fn_with_state(
@@ -133,39 +132,6 @@ where
     T: 'static,
 {
     post(handler).route_layer(axum::middleware::from_fn(require_json))
-}
-
-/// The inbox page under a content security policy that lets it run only its own script and
-/// style (by hash), talk only to this server, and never be framed.
-async fn inbox_page() -> Response {
-    static POLICY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        let hash = |open: &str, close: &str| {
-            use base64::Engine as _;
-            use sha2::Digest as _;
-            let start = INBOX_PAGE.find(open).expect("the page has the element") + open.len();
-            let end = start + INBOX_PAGE[start..].find(close).expect("the element ends");
-            let digest = sha2::Sha256::digest(&INBOX_PAGE.as_bytes()[start..end]);
-            format!(
-                "'sha256-{}'",
-                base64::engine::general_purpose::STANDARD.encode(digest)
-            )
-        };
-        format!(
-            "default-src 'none'; script-src {}; style-src {}; connect-src 'self'; \
-             img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-            hash("<script>", "</script>"),
-            hash("<style>", "</style>"),
-        )
-    });
-    (
-        [
-            (header::CONTENT_SECURITY_POLICY, POLICY.as_str()),
-            (header::X_FRAME_OPTIONS, "DENY"),
-            (header::REFERRER_POLICY, "no-referrer"),
-        ],
-        Html(INBOX_PAGE),
-    )
-        .into_response()
 }
 
 async fn no_such_endpoint() -> ApiError {
@@ -401,12 +367,14 @@ async fn start_job(
     job.prefill = request.slots;
     state.store.create_async(&job).await?;
     state.publish_change(&job.id, JobStatus::Pending);
-    let view = state.view(&job.id).await?;
-    Ok((StatusCode::CREATED, axum::Json(view.detail())))
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(state.detail(&job.id).await?),
+    ))
 }
 
 async fn show_job(State(state): Shared, Path(id): Path<String>) -> ApiResult {
-    Ok(axum::Json(state.view(&id).await?.detail()))
+    Ok(axum::Json(state.detail(&id).await?))
 }
 
 #[derive(Deserialize)]
@@ -540,6 +508,15 @@ impl AppState {
         let id = id.to_owned();
         self.read(move |store| job_view(store, &id)).await
     }
+
+    /// A job with everything `GET /v1/jobs/{id}` shows of it.
+    async fn detail(&self, id: &str) -> ApiResult<Value> {
+        let id = id.to_owned();
+        let (view, children) = self
+            .read(move |store| Ok((job_view(store, &id)?, store.children(&id)?)))
+            .await?;
+        Ok(view.detail(children))
+    }
 }
 
 /// A job as the API shows it.
@@ -549,11 +526,18 @@ pub(super) struct JobView {
 }
 
 impl JobView {
-    fn detail(mut self) -> Value {
+    /// `children`: every job started by this one, subtasks and workers, oldest first.
+    fn detail(mut self, children: Vec<String>) -> Value {
         if let Value::Object(fields) = &mut self.summary {
             fields.insert("input".into(), json!(self.state.input));
             fields.insert("result".into(), json!(self.state.result));
-            fields.insert("children".into(), json!(self.state.children));
+            fields.insert("children".into(), json!(children));
+            let trace = self
+                .state
+                .trace
+                .as_ref()
+                .map(|trace| trace.trace_id.as_str());
+            fields.insert("trace_id".into(), json!(trace));
             let artifacts: Vec<Value> = self
                 .state
                 .phase_session()

@@ -15,6 +15,7 @@ mod job_graph;
 mod live;
 mod metrics;
 mod plugins;
+mod ui;
 mod watch;
 
 use std::collections::BTreeSet;

@@ -285,6 +285,27 @@ pub fn approval_piece() -> (&'static str, &'static str) {
     )
 }
 
+/// A server with the commission piece, its worker's piece and their scripted model: the seed's
+/// typical path.
+pub fn commission_server() -> TestServer {
+    TestServer::start(ServerFolder::new(
+        &[
+            (
+                "commission.yaml",
+                include_str!("../../../pieces/commission.yaml"),
+            ),
+            ("report.yaml", include_str!("../../../pieces/report.yaml")),
+        ],
+        include_str!("../../../pieces/scripts/commission.yaml"),
+        &[
+            maestro_plugins::COMPLETE,
+            maestro_plugins::HAND_IN,
+            maestro_plugins::RUN_WORKER,
+        ],
+        true,
+    ))
+}
+
 /// Reads `(id, event name, data)` from an SSE response until `stop` says so.
 pub async fn read_events(
     response: reqwest::Response,

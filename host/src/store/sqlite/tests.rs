@@ -177,7 +177,8 @@ fn events_of_a_first_schema_store_keep_their_numbers() {
     // A save of three events continues the numbering, and `after` may fall inside it.
     store.create(&job("j1")).unwrap();
     store.claim("j1", "r", 60_000).unwrap().unwrap();
-    let three = [JobStatus::Running, JobStatus::Running, JobStatus::Completed].map(|status| finished(status).into());
+    let three = [JobStatus::Running, JobStatus::Running, JobStatus::Completed]
+        .map(|status| finished(status).into());
     let mut state = job("j1");
     state.status = JobStatus::Completed;
     store.save(&state, &three, "r").unwrap();
