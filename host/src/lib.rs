@@ -9,6 +9,7 @@ pub mod cli;
 pub mod conformance;
 pub mod engine;
 pub mod llm;
+pub mod mcp;
 pub mod phase;
 pub mod piece;
 pub mod plugin;

@@ -12,21 +12,9 @@ use std::process::Command;
 
 use serve_support::{APPROVAL_SCRIPT, ServerFolder, TOKEN, TestServer, approval_piece};
 
-fn schemathesis() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("toolchains/schemathesis/bin/schemathesis")
-}
-
 #[test]
 fn every_generated_request_gets_an_answer_the_api_description_allows() {
-    let schemathesis = schemathesis();
-    assert!(
-        schemathesis.exists(),
-        "{} is missing: run .ci/install",
-        schemathesis.display()
-    );
+    let schemathesis = common::toolchain("schemathesis/bin/schemathesis");
     let server = TestServer::start(ServerFolder::new(
         &[approval_piece()],
         APPROVAL_SCRIPT,

@@ -8,6 +8,7 @@
 
 mod folder;
 mod jobs;
+mod mcp;
 mod piece;
 mod plugin;
 mod run;
@@ -75,6 +76,8 @@ enum Command {
     /// Manage the store itself: bring its schema up to date.
     #[command(subcommand)]
     Store(store::StoreCommand),
+    /// Serve the tools of the plugin folder to an MCP client on stdin and stdout.
+    Mcp(mcp::McpCommand),
 }
 
 /// Error of a command: the message is printed as `error: …`.
@@ -190,6 +193,7 @@ fn policy_uses_fuel(command: &Command) -> bool {
         Command::Run(command) => &command.engine,
         Command::Work(command) => &command.engine,
         Command::Serve(command) => &command.engine,
+        Command::Mcp(command) => &command.engine,
         Command::Jobs(command) => match command.engine() {
             Some(engine) => engine,
             None => return false,
@@ -231,6 +235,7 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
         Command::Work(command) => work::execute(command, runtime()?).await,
         Command::Serve(command) => serve::execute(command, runtime()?).await,
         Command::Store(command) => store::execute(command),
+        Command::Mcp(command) => mcp::execute(command, runtime()?).await,
     }
 }
 

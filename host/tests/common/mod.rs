@@ -1,6 +1,8 @@
-//! What every test of the `maestro` binary shares.
+//! What every test of the `maestro` binary shares (each test binary uses part of it).
 
-use std::path::Path;
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The `maestro` binary with a compile cache shared across test runs (the Python and
@@ -8,6 +10,12 @@ use std::process::Command;
 /// variables, so a developer's shell cannot change what a test chooses.
 pub fn maestro_command() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_maestro"));
+    isolate(&mut command);
+    command
+}
+
+/// The environment [`maestro_command`] gives maestro, for a program that starts maestro itself.
+pub fn isolate(command: &mut Command) {
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("MAESTRO_") {
             command.env_remove(&name);
@@ -17,5 +25,19 @@ pub fn maestro_command() -> Command {
         "MAESTRO_CACHE_DIR",
         Path::new(maestro_plugins::DIR).join("../e2e-cache"),
     );
-    command
+}
+
+/// A program `.ci/install` puts under the target dir's `toolchains/` (third-party clients and
+/// checkers from PyPI), at `relative`.
+pub fn toolchain(relative: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let path = target.join("toolchains").join(relative);
+    assert!(
+        path.exists(),
+        "{} is missing: run .ci/install",
+        path.display()
+    );
+    path
 }

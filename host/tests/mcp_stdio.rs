@@ -1,0 +1,152 @@
+//! `maestro mcp` on stdio, driven by a client nobody here wrote: the official MCP Python SDK
+//! (`mcp` from PyPI; `.ci/install` puts it under the target dir), running
+//! `host/tests/mcp/client.py`. It lists the first-party tools with their schemas, calls a tool,
+//! gets a tool's failure as a result the model can read, answers a question and a tool request
+//! through elicitation (approved, then declined), sees a park come back as a plain result to a
+//! client that cannot be asked, and holds the operator's approval gate.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+/// Runs the Python client's `scenario` against `maestro mcp` on `plugins`, with `extra`
+/// arguments for maestro; what the client saw.
+fn client(plugins: &Path, scenario: &str, extra: &[&str]) -> Value {
+    let mut command = Command::new(common::toolchain("mcp/bin/python"));
+    common::isolate(&mut command);
+    let output = command
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py"))
+        .arg(env!("CARGO_BIN_EXE_maestro"))
+        .arg(plugins)
+        .arg(scenario)
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the client failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|error| panic!("the client printed no JSON ({error}):\n{stdout}\n{stderr}"))
+}
+
+/// A plugin folder with every first-party plugin and the `echo` test plugin.
+fn plugins() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for plugin in maestro_plugins::FIRST_PARTY
+        .iter()
+        .chain([&maestro_plugins::ECHO])
+    {
+        let name = Path::new(plugin).file_name().unwrap();
+        std::fs::copy(plugin, dir.path().join(name)).unwrap();
+    }
+    dir
+}
+
+fn text(result: &Value) -> &str {
+    result["text"].as_str().unwrap()
+}
+
+#[test]
+fn the_python_sdk_lists_calls_and_answers_parks_through_elicitation() {
+    let plugins = plugins();
+    let seen = client(plugins.path(), "tour", &[]);
+    // A client of the 2026 revision probes first, then settles on the newest revision whose
+    // calls may ask the client mid-call.
+    assert_eq!(seen["protocol_version"], "2025-11-25");
+
+    let tools = &seen["tools"];
+    for tool in [
+        "BrowseWeb",
+        "RequestTool",
+        "WaitSubTask",
+        "complete",
+        "echo",
+    ] {
+        assert!(tools[tool]["description"].is_string(), "{tool}: {tools}");
+        assert_eq!(tools[tool]["schema"]["type"], "object", "{tool}");
+    }
+    assert_eq!(
+        tools["RequestTool"]["schema"]["required"],
+        json!(["tool", "reason", "arguments"])
+    );
+    assert_eq!(
+        tools["echo"]["schema"]["properties"]["text"]["type"],
+        "string"
+    );
+
+    assert_eq!(
+        seen["echo"],
+        json!({ "is_error": false, "text": "hello, sandbox" })
+    );
+    // Arguments that break the schema never reach the tool: the model reads why.
+    assert_eq!(seen["invalid"]["is_error"], true);
+    assert!(
+        text(&seen["invalid"]).contains("invalid-arguments"),
+        "{}",
+        seen["invalid"]
+    );
+    // A method nobody knows is an error, and the connection goes on.
+    assert_eq!(seen["unknown_method"]["code"], -32601);
+    assert_eq!(seen["tools_after_unknown"], 9);
+
+    // A client without elicitation gets what the call waits for, never a hang.
+    assert_eq!(seen["unasked"]["is_error"], true);
+    let unasked = text(&seen["unasked"]);
+    assert!(unasked.contains("cannot be asked"), "{unasked}");
+    assert!(unasked.contains("RotateKey"), "{unasked}");
+
+    // The tool request as an elicitation: the exact tool and arguments, approve or deny.
+    let asked = &seen["approved_asked"];
+    assert_eq!(asked.as_array().unwrap().len(), 1, "{asked}");
+    let message = asked[0]["message"].as_str().unwrap();
+    assert!(message.contains("Tool: RotateKey"), "{message}");
+    assert!(
+        message.contains(r#"{"revoke_old_after_minutes":60,"service":"staging"}"#),
+        "{message}"
+    );
+    assert_eq!(asked[0]["schema"]["required"], json!(["decision"]));
+    let approved: Value = serde_json::from_str(text(&seen["approved"])).unwrap();
+    assert_eq!(approved["decision"], "approved", "{approved}");
+    assert_eq!(
+        approved["arguments"],
+        json!({ "service": "staging", "revoke_old_after_minutes": 60 })
+    );
+    let declined: Value = serde_json::from_str(text(&seen["declined"])).unwrap();
+    assert_eq!(declined["decision"], "denied", "{declined}");
+
+    // `complete` asking the user: a one-field form, the answer resumes the call.
+    assert_eq!(seen["answered_asked"][0]["message"], "Which city?");
+    let answered: Value = serde_json::from_str(text(&seen["answered"])).unwrap();
+    assert_eq!(answered["answer"], "Lisbon", "{answered}");
+}
+
+#[test]
+fn the_operators_approval_gate_holds_a_call_until_the_client_approves_it() {
+    let plugins = plugins();
+    let policy = plugins.path().join("policy.toml");
+    std::fs::write(&policy, "[plugins.echo]\nrequire_approval = true\n").unwrap();
+    let seen = client(
+        plugins.path(),
+        "gate",
+        &["--policy", policy.to_str().unwrap()],
+    );
+    let message = seen["approved_asked"][0]["message"].as_str().unwrap();
+    assert!(message.contains("plugin `echo`"), "{message}");
+    assert!(message.contains(r#"{"text":"gated"}"#), "{message}");
+    assert_eq!(
+        seen["approved"],
+        json!({ "is_error": false, "text": "gated" })
+    );
+    assert_eq!(seen["denied"]["is_error"], true);
+    assert_eq!(
+        text(&seen["denied"]),
+        "Not run: the call was denied: not now"
+    );
+}
