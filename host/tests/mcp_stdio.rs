@@ -19,9 +19,9 @@ fn client(plugins: &Path, scenario: &str, extra: &[&str]) -> Value {
     common::isolate(&mut command);
     let output = command
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py"))
+        .arg(scenario)
         .arg(env!("CARGO_BIN_EXE_maestro"))
         .arg(plugins)
-        .arg(scenario)
         .args(extra)
         .output()
         .unwrap();

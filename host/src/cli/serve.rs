@@ -139,7 +139,7 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
     .await
     .map_err(Failure::usage)?;
     eprintln!(
-        "maestro serves http://{} (inbox at /, API at /v1, OpenAPI at /openapi.json, metrics at /metrics){}; plugins \
+        "maestro serves http://{} (inbox at /, API at /v1, OpenAPI at /openapi.json, metrics at /metrics, MCP at /mcp){}; plugins \
          from {}, store {}",
         running.addr,
         if open {

@@ -1,5 +1,6 @@
-//! MCP: the tools of the loaded plugins served over the Model Context Protocol (`maestro mcp`
-//! on stdio), with the official Rust SDK (`rmcp`).
+//! MCP: the tools of the loaded plugins served over the Model Context Protocol, on stdio
+//! (`maestro mcp`) and as streamable HTTP (`/mcp` of `maestro serve`), with the official Rust
+//! SDK (`rmcp`).
 //!
 //! Invariant: this layer only translates. What runs, under which policy and limits, is the
 //! plugin layer's; what a park asks and what an answer resumes with is decided in `parks`,
@@ -22,4 +23,24 @@ pub async fn serve_stdio(server: ToolServer) -> Result<(), String> {
         .await
         .map_err(|error| format!("the MCP connection failed: {error}"))?;
     Ok(())
+}
+
+/// The streamable HTTP endpoint of `server`, with a session per client (a client of the
+/// 2025-11-25 revision is asked in the middle of a call on its session's stream). The caller
+/// checks tokens, `Host` and `Origin` before a request reaches it; `stop` ends every session.
+pub fn http_service(
+    server: ToolServer,
+    stop: tokio_util::sync::CancellationToken,
+) -> rmcp::transport::StreamableHttpService<
+    ToolServer,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+> {
+    let config = rmcp::transport::StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .with_cancellation_token(stop);
+    rmcp::transport::StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Default::default(),
+        config,
+    )
 }

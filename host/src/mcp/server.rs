@@ -9,15 +9,15 @@
 //! result with `isError`, never a protocol error: the model reads it.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
     Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
     ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use super::parks::{self, Question, Reply};
@@ -28,15 +28,36 @@ use crate::plugin::{CallRequest, Outcome, Plugin, Terminal};
 /// that parks again on every answer would otherwise ask for ever.
 const MAX_ROUNDS: usize = 8;
 
-/// The server of one connection (stdio) or session (HTTP); cheap to clone.
+/// The server of every connection (stdio) and session (HTTP); a clone serves each, sharing
+/// the catalog and who is connected.
 #[derive(Clone)]
 pub struct ToolServer {
     catalog: Arc<CatalogSlot>,
+    /// The clients connected, to tell when the tools change.
+    clients: Arc<Mutex<Vec<Peer<RoleServer>>>>,
 }
 
 impl ToolServer {
     pub fn new(catalog: Arc<CatalogSlot>) -> Self {
-        Self { catalog }
+        Self {
+            catalog,
+            clients: Arc::default(),
+        }
+    }
+
+    /// Tells every connected client that the tools changed (a plugin loaded, reloaded or was
+    /// removed), so it lists them again.
+    pub async fn tools_changed(&self) {
+        let clients = {
+            let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+            clients.retain(|client| !client.is_transport_closed());
+            clients.clone()
+        };
+        for client in clients {
+            if let Err(error) = client.notify_tool_list_changed().await {
+                tracing::debug!("an MCP client did not take the tool list change: {error}");
+            }
+        }
     }
 
     fn tools(&self) -> Vec<Tool> {
@@ -101,7 +122,11 @@ impl ToolServer {
 
 impl ServerHandler for ToolServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("maestro", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Sandboxed WebAssembly tools. A tool may ask a question or ask for approval \
@@ -113,6 +138,13 @@ impl ServerHandler for ToolServer {
     /// may ask the client in the middle of a call.
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {
+        self.clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(cx.peer);
     }
 
     async fn list_tools(

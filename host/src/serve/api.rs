@@ -1,5 +1,6 @@
 //! The HTTP API (`/v1`), the OpenAPI document (`/openapi.json`) and the metrics (`/metrics`).
-//! A job's graph is drawn in `job_graph`, the pages (`/`, `/jobs/{id}`) are `ui`'s.
+//! A job's graph is drawn in `job_graph`, the pages (`/`, `/jobs/{id}`) are `ui`'s, MCP
+//! (`/mcp`) is `mcp`'s.
 //!
 //! Invariant: every answer to an API call is JSON, and every refusal is
 //! `{"error": {"code", "message"}}` with a fitting status; the phase and waiting reason shown
@@ -51,6 +52,9 @@ pub struct AppState {
     /// One permit per open event stream (`/v1/events`, a job's events).
     pub streams: Arc<tokio::sync::Semaphore>,
     pub metrics: Exporter,
+    /// The tools over MCP (`/mcp`), and what ends its sessions.
+    pub mcp: crate::mcp::ToolServer,
+    pub mcp_stop: tokio_util::sync::CancellationToken,
 }
 
 pub(super) type Shared = State<Arc<AppState>>;
@@ -97,6 +101,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         ));
     Router::new()
         .merge(super::ui::routes())
+        .merge(super::mcp::routes(&state))
         .route(
             "/metrics",
             get(metrics).route_layer(axum::middleware::from_fn_with_state(

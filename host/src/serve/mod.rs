@@ -13,6 +13,7 @@ mod bodies;
 mod guard;
 mod job_graph;
 mod live;
+mod mcp;
 mod metrics;
 mod plugins;
 mod ui;
@@ -71,6 +72,10 @@ pub struct RunningServer {
     retention: Option<tokio::task::JoinHandle<()>>,
     /// Brings the store's changes to the live feed, where the store tells of them.
     heard: Option<tokio::task::JoinHandle<()>>,
+    /// Tells MCP clients when the tools change.
+    announcing: tokio::task::JoinHandle<()>,
+    /// Ends the MCP sessions.
+    mcp_stop: tokio_util::sync::CancellationToken,
     _watch: FolderWatch,
 }
 
@@ -123,6 +128,9 @@ pub async fn start(
         .map(|age| tokio::spawn(retain(store.clone(), age)));
 
     let metrics = crate::telemetry::Exporter::install()?;
+    let tools = crate::mcp::ToolServer::new(plugins.slot().clone());
+    let announcing = tokio::spawn(mcp::announce_tool_changes(hub.clone(), tools.clone()));
+    let mcp_stop = tokio_util::sync::CancellationToken::new();
     let state = Arc::new(AppState {
         store,
         engine,
@@ -134,6 +142,8 @@ pub async fn start(
         max_upload_bytes: settings.max_upload_bytes,
         streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
         metrics,
+        mcp: tools,
+        mcp_stop: mcp_stop.clone(),
     });
     let shutdown = Arc::new(Notify::new());
     let http = {
@@ -156,6 +166,8 @@ pub async fn start(
         worker,
         retention,
         heard,
+        announcing,
+        mcp_stop,
         _watch: watch,
     })
 }
@@ -187,6 +199,8 @@ impl RunningServer {
     pub async fn stop(self, grace: Duration) -> WorkerStats {
         self.stop.cancel();
         self.shutdown.notify_one();
+        self.mcp_stop.cancel();
+        self.announcing.abort();
         if let Some(heard) = &self.heard {
             heard.abort();
         }

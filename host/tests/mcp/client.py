@@ -2,9 +2,15 @@
 lists the tools, calls one, calls a tool that parks for approval and answers (or declines) the
 elicitation, calls it from a client that cannot be asked, and probes an unknown method.
 
-Usage: client.py MAESTRO_BINARY PLUGIN_DIR SCENARIO [EXTRA_ARGS...], SCENARIO `tour` (the
-above) or `gate` (echo under the operator's approval gate, which EXTRA_ARGS set: approved, then
-denied). Prints one JSON document with what the client saw, for the Rust test to check.
+Usage:
+  client.py tour MAESTRO_BINARY PLUGIN_DIR       the above, over stdio
+  client.py gate MAESTRO_BINARY PLUGIN_DIR ARGS  echo under the operator's approval gate (which
+                                                 ARGS for maestro set): approved, then denied
+  client.py http URL TOKEN                       over streamable HTTP with a bearer token: list,
+                                                 call, approve; then print `listed` and wait for a
+                                                 line on stdin, after which a plugin changed: wait
+                                                 for the server to say so and list again
+Prints one JSON document with what the client saw, for the Rust test to check.
 """
 
 import json
@@ -12,11 +18,15 @@ import sys
 from typing import Literal
 
 import anyio
+import httpx2
 import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
-MAESTRO, PLUGINS, SCENARIO, EXTRA = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-TARGET = StdioServerParameters(command=MAESTRO, args=["mcp", "--plugins", PLUGINS, *EXTRA])
+SCENARIO = sys.argv[1]
+if SCENARIO != "http":
+    MAESTRO, PLUGINS, EXTRA = sys.argv[2], sys.argv[3], sys.argv[4:]
+    TARGET = StdioServerParameters(command=MAESTRO, args=["mcp", "--plugins", PLUGINS, *EXTRA])
 ROTATE = {
     "tool": "RotateKey",
     "reason": "Rotate the staging API key as the user asked.",
@@ -95,8 +105,35 @@ async def gate():
     return seen
 
 
+async def http():
+    url, token = sys.argv[2], sys.argv[3]
+    seen = {}
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    asked, approve = answering(types.ElicitResult(action="accept", content={"decision": "approve"}))
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http_client:
+        target = streamable_http_client(url, http_client=http_client)
+        async with Client(target, elicitation_callback=approve, message_handler=on_message) as client:
+            seen["protocol_version"] = client.protocol_version
+            seen["tools"] = sorted(t.name for t in (await client.list_tools()).tools)
+            seen["approved"] = result(await client.call_tool("RequestTool", ROTATE))
+            seen["approved_asked"] = asked
+            print("listed", flush=True)
+            await anyio.to_thread.run_sync(sys.stdin.readline)
+            with anyio.fail_after(60):
+                await changed.wait()
+            seen["tools_after_change"] = sorted(t.name for t in (await client.list_tools()).tools)
+            seen["echo"] = result(await client.call_tool("echo", {"text": "hot loaded"}))
+    return seen
+
+
 async def main():
-    print(json.dumps(await {"tour": tour, "gate": gate}[SCENARIO]()))
+    print(json.dumps(await {"tour": tour, "gate": gate, "http": http}[SCENARIO]()))
 
 
 anyio.run(main)
