@@ -289,6 +289,14 @@ pub trait JobStore: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// The secret `name` of this install: 32 random bytes made the first time any process asks,
+    /// the same ever after for every process and node that opens the store.
+    fn secret(&self, name: &str) -> Result<Vec<u8>, StoreError>;
+
+    /// Spends the one-time `token`, remembered until `until_ms` (Unix ms, past which it can no
+    /// longer be presented): `true` the first time, `false` on every later try, on any node.
+    fn spend_once(&self, token: &str, until_ms: i64) -> StoreFuture<bool>;
+
     /// Deletes, with their events, up to `limit` job trees that ended before `before_ms` (Unix
     /// ms): top-level jobs that ended then, with every descendant ended too. A tree with any job
     /// still unfinished stays whole. Returns how many jobs were deleted.
@@ -324,6 +332,16 @@ pub fn prune_finished(store: &dyn JobStore, age: std::time::Duration) -> Result<
 }
 
 /// A fresh job id: time-ordered, so ids sort by creation.
+/// A new secret of [`JobStore::secret`]'s size, from the operating system's random source.
+fn new_secret() -> Result<[u8; 32], StoreError> {
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|error| StoreError::Database {
+        path: "the operating system's random source".to_owned(),
+        message: error.to_string(),
+    })?;
+    Ok(secret)
+}
+
 pub fn new_job_id() -> String {
     format!("job-{}", uuid::Uuid::now_v7().simple())
 }

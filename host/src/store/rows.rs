@@ -117,6 +117,14 @@ pub(super) trait Rows {
     /// Deletes a job and its log.
     fn delete_job(&mut self, id: &str) -> Result<(), StoreError>;
 
+    /// The secret `name` of this install: the one already kept, or else `candidate`, kept now.
+    fn keep_secret(&mut self, name: &str, candidate: &[u8], at: i64)
+    -> Result<Vec<u8>, StoreError>;
+
+    /// Records `token` as spent until `until`, forgetting every token whose time ended before
+    /// `at`; whether it was not spent before.
+    fn spend(&mut self, token: &str, until: i64, at: i64) -> Result<bool, StoreError>;
+
     /// Runs `body`, a part of a change that may fail while the rest goes on, so that a failure
     /// leaves no trace of it.
     fn undone_on_error<T>(

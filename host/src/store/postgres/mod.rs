@@ -24,6 +24,7 @@ use self::listen::Listener;
 use self::pool::{Connection, Pool};
 use self::rows::{JOB, MESSAGE_BATCHES, PgRows, column, message_batches, row_text};
 use super::record::{JobRow, SaveRecord, StoredText, numbered_events};
+use super::rows::Rows as _;
 use super::rules::now_ms as rules_now_ms;
 use super::rules::{self, ClaimedRow, unreadable_is_none};
 use super::tree::{self, CancelOutcome};
@@ -488,6 +489,18 @@ impl JobStore for PostgresStore {
         let (id, reason, at) = (id.to_owned(), reason.to_owned(), self.shared.now());
         self.shared
             .change_async(move |rows| tree::cancel_tree(rows, &id, &reason, at))
+    }
+
+    fn secret(&self, name: &str) -> Result<Vec<u8>, StoreError> {
+        let (name, candidate, at) = (name.to_owned(), super::new_secret()?, self.shared.now());
+        self.shared
+            .change(move |rows| rows.keep_secret(&name, &candidate, at))
+    }
+
+    fn spend_once(&self, token: &str, until_ms: i64) -> StoreFuture<bool> {
+        let (token, at) = (token.to_owned(), self.shared.now());
+        self.shared
+            .change_async(move |rows| rows.spend(&token, until_ms, at))
     }
 
     fn children(&self, parent: &str) -> Result<Vec<String>, StoreError> {

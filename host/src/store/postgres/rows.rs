@@ -446,6 +446,32 @@ impl Rows for PgRows<'_, '_> {
             .map(drop)
     }
 
+    fn keep_secret(
+        &mut self,
+        name: &str,
+        candidate: &[u8],
+        at: i64,
+    ) -> Result<Vec<u8>, StoreError> {
+        self.execute(
+            "INSERT INTO secrets (name, value, created_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO NOTHING",
+            &[&name, &candidate, &at],
+        )?;
+        let row = self
+            .query_opt("SELECT value FROM secrets WHERE name = $1", &[&name])?
+            .ok_or_else(|| self.db_error(format!("secret `{name}` vanished as it was kept")))?;
+        column(&row, 0, self.label)
+    }
+
+    fn spend(&mut self, token: &str, until: i64, at: i64) -> Result<bool, StoreError> {
+        self.execute("DELETE FROM spent WHERE until_ms < $1", &[&at])?;
+        let added = self.execute(
+            "INSERT INTO spent (token, until_ms) VALUES ($1, $2) ON CONFLICT (token) DO NOTHING",
+            &[&token, &until],
+        )?;
+        Ok(added == 1)
+    }
+
     fn undone_on_error<T>(
         &mut self,
         body: impl FnOnce(&mut Self) -> Result<T, StoreError>,

@@ -77,6 +77,21 @@ CREATE TABLE job_states (
 INSERT INTO job_states (id, state) SELECT id, state FROM jobs;
 ALTER TABLE jobs DROP COLUMN state;
 "#,
+    // Secrets of this install, shared by every node (the key that seals MCP request states:
+    // a client's retry may reach any node), and the one-time tokens already spent (an
+    // answered MCP question), kept until they could no longer be presented.
+    r#"
+CREATE TABLE secrets (
+    name          TEXT PRIMARY KEY,
+    value         BYTEA NOT NULL,
+    created_at_ms BIGINT NOT NULL
+);
+CREATE TABLE spent (
+    token    TEXT PRIMARY KEY,
+    until_ms BIGINT NOT NULL
+);
+CREATE INDEX spent_by_until ON spent (until_ms);
+"#,
 ];
 
 /// Any number the nodes agree on: the advisory lock that migrations take.

@@ -94,10 +94,25 @@ INSERT INTO saves (job_id, batch, first_seq, last_seq, at_ms, events)
 DROP TABLE event_batches;
 ALTER TABLE jobs ADD COLUMN cancel_reason TEXT;
 "#,
+    // Secrets of this install (the key that seals MCP request states), and the one-time tokens
+    // already spent (an answered MCP question), kept until they could no longer be presented.
+    r#"
+CREATE TABLE secrets (
+    name          TEXT PRIMARY KEY,
+    value         BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+CREATE TABLE spent (
+    token    TEXT PRIMARY KEY,
+    until_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX spent_by_until ON spent (until_ms);
+"#,
 ];
 
 mod rows;
 mod writer;
+use super::rows::Rows as _;
 use rows::{Cached, SqliteRows};
 use writer::Tx;
 
@@ -647,6 +662,16 @@ impl JobStore for SqliteStore {
 
     fn cancel(&self, id: &str, reason: &str) -> Result<CancelOutcome, StoreError> {
         self.write(cancel_change(id, reason))
+    }
+
+    fn secret(&self, name: &str) -> Result<Vec<u8>, StoreError> {
+        let (name, candidate, at) = (name.to_owned(), super::new_secret()?, now_ms());
+        self.write(change(move |rows| rows.keep_secret(&name, &candidate, at)))
+    }
+
+    fn spend_once(&self, token: &str, until_ms: i64) -> StoreFuture<bool> {
+        let (token, at) = (token.to_owned(), now_ms());
+        self.write_async(change(move |rows| rows.spend(&token, until_ms, at)))
     }
 
     fn cancel_async(&self, id: &str, reason: &str) -> StoreFuture<CancelOutcome> {

@@ -346,6 +346,33 @@ impl Rows for SqliteRows<'_, '_> {
         self.exec("DELETE FROM jobs WHERE id = ?1", [id]).map(drop)
     }
 
+    fn keep_secret(
+        &mut self,
+        name: &str,
+        candidate: &[u8],
+        at: i64,
+    ) -> Result<Vec<u8>, StoreError> {
+        self.exec(
+            "INSERT INTO secrets (name, value, created_at_ms) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (name) DO NOTHING",
+            params![name, candidate, at],
+        )?;
+        self.tx
+            .row_cached("SELECT value FROM secrets WHERE name = ?1", [name], |row| {
+                row.get::<_, Vec<u8>>(0)
+            })
+            .map_err(|e| self.db.db_error(e))
+    }
+
+    fn spend(&mut self, token: &str, until: i64, at: i64) -> Result<bool, StoreError> {
+        self.exec("DELETE FROM spent WHERE until_ms < ?1", [at])?;
+        let added = self.exec(
+            "INSERT INTO spent (token, until_ms) VALUES (?1, ?2) ON CONFLICT (token) DO NOTHING",
+            params![token, until],
+        )?;
+        Ok(added == 1)
+    }
+
     fn undone_on_error<T>(
         &mut self,
         body: impl FnOnce(&mut Self) -> Result<T, StoreError>,

@@ -1,7 +1,8 @@
 //! The tests of the suite on one store: what each change does and refuses.
 
 use super::{
-    Fixture, completed, finished, job, job_ids, parked, run_to_end, said, texts, waiting_worker,
+    Fixture, completed, finished, job, job_ids, parked, results, run_to_end, said, texts,
+    waiting_worker,
 };
 use crate::engine::{JobEvent, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitRequest};
 use crate::plugin::{CallRequest, Resume};
@@ -542,4 +543,64 @@ pub(super) fn a_job_cancelled_before_its_first_save_keeps_its_conversation(fixtu
     assert_eq!(status, JobStatus::Cancelled);
     assert_eq!(texts(&cancelled), ["hello"]);
     assert_eq!(cancelled.result.as_deref(), Some("not needed"));
+}
+
+pub(super) fn a_secret_is_made_once_and_shared_by_every_process_that_opens_the_store(
+    fixture: &Fixture,
+) {
+    let first = fixture.store().secret("mcp.request-state").unwrap();
+    assert_eq!(first.len(), 32);
+    assert_ne!(first, [0u8; 32]);
+    let again = fixture.reopen().secret("mcp.request-state").unwrap();
+    assert_eq!(again, first, "another process must see the same secret");
+    let other = fixture.store().secret("another").unwrap();
+    assert_ne!(other, first, "each secret is made on its own");
+}
+
+pub(super) fn a_one_time_token_is_spent_once_on_any_node_and_forgotten_when_it_ends(
+    fixture: &Fixture,
+) {
+    let store = fixture.store();
+    let elsewhere = fixture.reopen();
+    let later = now() + 600_000;
+    // Two processes spending the same token at once: exactly one of them does.
+    let spent = results([
+        store.spend_once("answer-1", later),
+        elsewhere.spend_once("answer-1", later),
+    ]);
+    let spent: Vec<bool> = spent.into_iter().map(Result::unwrap).collect();
+    assert_eq!(spent.iter().filter(|&&first| first).count(), 1, "{spent:?}");
+    assert_eq!(
+        results([store.spend_once("answer-1", later)])[0]
+            .as_ref()
+            .unwrap(),
+        &false
+    );
+    assert_eq!(
+        results([store.spend_once("answer-2", later)])[0]
+            .as_ref()
+            .unwrap(),
+        &true
+    );
+    // A token whose time ended is forgotten at the next spend: it could not be presented.
+    let past = now() - 1;
+    assert_eq!(
+        results([store.spend_once("old", past)])[0]
+            .as_ref()
+            .unwrap(),
+        &true
+    );
+    assert_eq!(
+        results([store.spend_once("old", later)])[0]
+            .as_ref()
+            .unwrap(),
+        &true
+    );
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }

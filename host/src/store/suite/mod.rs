@@ -178,6 +178,8 @@ on_every_store!(
     cases::longest_waiting_is_by_when_the_wait_began_not_when_the_job_was_made,
     cases::a_conversation_saved_in_parts_reads_back_whole_even_after_an_insert_before_its_end,
     cases::a_job_cancelled_before_its_first_save_keeps_its_conversation,
+    cases::a_secret_is_made_once_and_shared_by_every_process_that_opens_the_store,
+    cases::a_one_time_token_is_spent_once_on_any_node_and_forgotten_when_it_ends,
     nodes::many_nodes_on_one_database_run_each_job_exactly_once,
     nodes::children_ending_at_once_on_many_nodes_release_their_parent_exactly_once,
 );

@@ -242,7 +242,7 @@ fn postgres_tells_every_node_which_plugin_version_serves() {
 }
 
 /// A database of schema 3, whose jobs kept their state in their own row, moves each state to
-/// `job_states` when a node of schema 4 opens it: the jobs load as they were, and run on.
+/// `job_states` when a node of today's schema opens it: the jobs load as they were, and run on.
 #[test]
 fn postgres_schema_3_jobs_keep_their_state_when_it_moves_to_its_own_table() {
     let Some(fixture) = Fixture::postgres() else {
@@ -262,7 +262,8 @@ fn postgres_schema_3_jobs_keep_their_state_when_it_moves_to_its_own_table() {
                 "ALTER TABLE jobs ADD COLUMN state TEXT; \
                  UPDATE jobs SET state = (SELECT state FROM job_states s WHERE s.id = jobs.id); \
                  ALTER TABLE jobs ALTER COLUMN state SET NOT NULL; \
-                 DROP TABLE job_states; UPDATE maestro_schema SET version = 3;",
+                 DROP TABLE job_states; DROP TABLE secrets; DROP TABLE spent; \
+                 UPDATE maestro_schema SET version = 3;",
             )
             .unwrap();
     })
