@@ -1,7 +1,10 @@
 //! `/mcp` of a real `maestro serve`, driven by the official MCP Python SDK over streamable HTTP:
-//! only with a token and from the server's own origin; the tools listed and called, a tool
-//! request answered through elicitation on the session's stream; and a plugin installed while
-//! the client is connected is announced to it (`notifications/tools/list_changed`) and callable.
+//! only with a token and from the server's own origin; the tools listed and called by a client
+//! of revision 2025-11-25 and one of 2026-07-28, a tool request answered through elicitation on
+//! the session's stream or as an `input_required` result; a plugin installed while the clients
+//! are connected is announced to both (`notifications/tools/list_changed`) and callable. A
+//! question's sealed state outlives a restart of the server, opens only for its caller's token,
+//! and is answered once.
 
 mod common;
 mod serve_support;
@@ -49,27 +52,28 @@ async fn the_python_sdk_uses_the_tools_over_http_and_hears_of_a_plugin_installed
     );
     assert_eq!(post(Some(TOKEN), None).await.unwrap().status(), 200);
 
-    let mut command = Command::new(common::toolchain("mcp/bin/python"));
-    common::isolate(&mut command);
-    let mut client = command
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py"))
-        .arg("http")
-        .arg(server.url("/mcp"))
-        .arg(TOKEN)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
-    let first = tokio::task::block_in_place(|| lines.next());
-    assert_eq!(
-        first.map(Result::unwrap).as_deref(),
-        Some("listed"),
-        "{}",
-        server.log()
-    );
+    // A client of each revision, connected at once.
+    let mut clients: Vec<_> = ["legacy", "auto"]
+        .into_iter()
+        .map(|mode| {
+            let mut client = python(&["http", mode, &server.url("/mcp"), TOKEN])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+            let first = tokio::task::block_in_place(|| lines.next());
+            assert_eq!(
+                first.map(Result::unwrap).as_deref(),
+                Some("listed"),
+                "{mode}: {}",
+                server.log()
+            );
+            (mode, client, lines)
+        })
+        .collect();
 
-    // A plugin installed while the client is connected.
+    // A plugin installed while the clients are connected.
     let echo = std::fs::read(maestro_plugins::ECHO).unwrap();
     let (status, body) = {
         let response = server
@@ -82,23 +86,36 @@ async fn the_python_sdk_uses_the_tools_over_http_and_hears_of_a_plugin_installed
         (status, response.text().await.unwrap())
     };
     assert!(status == 200 || status == 201, "{status}: {body}");
-    writeln!(client.stdin.take().unwrap()).unwrap();
-    let rest: Vec<String> = tokio::task::block_in_place(|| lines.map(Result::unwrap).collect());
-    let exit = client.wait().unwrap();
-    assert!(
-        exit.success(),
-        "the client failed: {rest:?}\n{}",
-        server.log()
-    );
-    let seen: Value = serde_json::from_str(rest.last().unwrap()).unwrap();
+    for (mode, mut client, lines) in clients.drain(..) {
+        writeln!(client.stdin.take().unwrap()).unwrap();
+        let rest: Vec<String> = tokio::task::block_in_place(|| lines.map(Result::unwrap).collect());
+        let exit = client.wait().unwrap();
+        assert!(
+            exit.success(),
+            "the {mode} client failed: {rest:?}\n{}",
+            server.log()
+        );
+        let seen: Value = serde_json::from_str(rest.last().unwrap()).unwrap();
+        let revision = if mode == "legacy" {
+            "2025-11-25"
+        } else {
+            "2026-07-28"
+        };
+        assert_eq!(seen["protocol_version"], revision);
+        check_http_client(&seen);
+    }
+}
 
-    assert_eq!(seen["protocol_version"], "2025-11-25");
+/// What a client of either revision saw: the tools, a tool request approved with its exact
+/// arguments shown, and the plugin installed while it was connected.
+fn check_http_client(seen: &Value) {
     let tools = seen["tools"].as_array().unwrap();
     for tool in ["BrowseWeb", "RequestTool", "WaitSubTask", "complete"] {
         assert!(tools.contains(&json!(tool)), "{tool} in {tools:?}");
     }
     assert!(!tools.contains(&json!("echo")));
-    // The tool request came to the client on its session's stream, with the exact arguments.
+    // The tool request came to the client (on its session's stream, or as the call's result),
+    // with the exact arguments.
     let message = seen["approved_asked"][0]["message"].as_str().unwrap();
     assert!(
         message.contains(r#"{"revoke_old_after_minutes":60,"service":"staging"}"#),
@@ -118,4 +135,71 @@ async fn the_python_sdk_uses_the_tools_over_http_and_hears_of_a_plugin_installed
         seen["echo"],
         json!({ "is_error": false, "text": "hot loaded" })
     );
+}
+
+/// The Python client running `args`.
+fn python(args: &[&str]) -> Command {
+    let mut command = Command::new(common::toolchain("mcp/bin/python"));
+    common::isolate(&mut command);
+    command
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py"))
+        .args(args);
+    command
+}
+
+/// Runs the Python client to its end; what it saw.
+fn run_python(args: &[&str], server: &TestServer) -> Value {
+    let output = python(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the client failed:\n{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        server.log()
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_question_asked_before_a_restart_is_answered_after_it_once_and_only_by_its_caller() {
+    const OTHER_TOKEN: &str = "another-token-for-another-caller";
+    let folder = ServerFolder::new(
+        &[approval_piece()],
+        APPROVAL_SCRIPT,
+        maestro_plugins::FIRST_PARTY,
+        true,
+    );
+    let config = folder.path("maestro.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let two_tokens = format!("tokens = [\"{TOKEN}\", \"{OTHER_TOKEN}\"]");
+    std::fs::write(
+        &config,
+        text.replace(&format!("tokens = [\"{TOKEN}\"]"), &two_tokens),
+    )
+    .unwrap();
+    let server = TestServer::start(folder);
+    let asked =
+        tokio::task::block_in_place(|| run_python(&["ask", &server.url("/mcp"), TOKEN], &server));
+    assert_eq!(asked["protocol_version"], "2026-07-28");
+    let message = asked["message"].as_str().unwrap();
+    assert!(message.contains("Tool: RotateKey"), "{message}");
+    let state = asked["state"].as_str().unwrap().to_owned();
+
+    // The server goes down and comes back: the state is sealed under the store's key.
+    let server = tokio::task::block_in_place(|| server.restart());
+    let seen = tokio::task::block_in_place(|| {
+        run_python(
+            &["answer", &server.url("/mcp"), TOKEN, OTHER_TOKEN, &state],
+            &server,
+        )
+    });
+    // Another token may not answer it; its own may, once.
+    assert_eq!(seen["other_caller"]["code"], -32602, "{seen}");
+    let other = seen["other_caller"]["message"].as_str().unwrap();
+    assert!(other.contains("requestState is not valid"), "{other}");
+    let answered: Value = serde_json::from_str(seen["answered"]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(answered["decision"], "approved", "{seen}");
+    assert_eq!(seen["answered_again"]["code"], -32602, "{seen}");
+    let again = seen["answered_again"]["message"].as_str().unwrap();
+    assert!(again.contains("already answered"), "{again}");
 }

@@ -1,9 +1,12 @@
 //! `maestro mcp` on stdio, driven by a client nobody here wrote: the official MCP Python SDK
 //! (`mcp` from PyPI; `.ci/install` puts it under the target dir), running
-//! `host/tests/mcp/client.py`. It lists the first-party tools with their schemas, calls a tool,
-//! gets a tool's failure as a result the model can read, answers a question and a tool request
-//! through elicitation (approved, then declined), sees a park come back as a plain result to a
-//! client that cannot be asked, and holds the operator's approval gate.
+//! `host/tests/mcp/client.py`, as a client of revision 2025-11-25 (asked in the middle of a
+//! call) and of 2026-07-28 (sent the question as a result, with a sealed state to call again
+//! with). It lists the first-party tools with their schemas, calls a tool, gets a tool's failure
+//! as a result the model can read, answers a question and a tool request (approved, then
+//! declined), sees a park come back as a plain result to a client that cannot be asked, holds
+//! the operator's approval gate, and refuses a state answered twice, altered or sent with other
+//! arguments.
 
 mod common;
 
@@ -14,12 +17,12 @@ use serde_json::{Value, json};
 
 /// Runs the Python client's `scenario` against `maestro mcp` on `plugins`, with `extra`
 /// arguments for maestro; what the client saw.
-fn client(plugins: &Path, scenario: &str, extra: &[&str]) -> Value {
+fn client(plugins: &Path, scenario: &[&str], extra: &[&str]) -> Value {
     let mut command = Command::new(common::toolchain("mcp/bin/python"));
     common::isolate(&mut command);
     let output = command
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py"))
-        .arg(scenario)
+        .args(scenario)
         .arg(env!("CARGO_BIN_EXE_maestro"))
         .arg(plugins)
         .args(extra)
@@ -54,13 +57,24 @@ fn text(result: &Value) -> &str {
 }
 
 #[test]
-fn the_python_sdk_lists_calls_and_answers_parks_through_elicitation() {
+fn the_python_sdk_lists_calls_and_answers_parks_in_the_middle_of_a_call_on_2025_11_25() {
     let plugins = plugins();
-    let seen = client(plugins.path(), "tour", &[]);
-    // A client of the 2026 revision probes first, then settles on the newest revision whose
-    // calls may ask the client mid-call.
+    let seen = client(plugins.path(), &["tour", "legacy"], &[]);
     assert_eq!(seen["protocol_version"], "2025-11-25");
+    check_tour(&seen);
+}
 
+#[test]
+fn the_python_sdk_lists_calls_and_answers_parks_as_input_required_on_2026_07_28() {
+    let plugins = plugins();
+    // The client probes `server/discover` and adopts the newest revision the server offers.
+    let seen = client(plugins.path(), &["tour", "auto"], &[]);
+    assert_eq!(seen["protocol_version"], "2026-07-28");
+    check_tour(&seen);
+}
+
+/// What the tour saw, the same on every revision.
+fn check_tour(seen: &Value) {
     let tools = &seen["tools"];
     for tool in [
         "BrowseWeb",
@@ -129,14 +143,20 @@ fn the_python_sdk_lists_calls_and_answers_parks_through_elicitation() {
 
 #[test]
 fn the_operators_approval_gate_holds_a_call_until_the_client_approves_it() {
-    let plugins = plugins();
-    let policy = plugins.path().join("policy.toml");
-    std::fs::write(&policy, "[plugins.echo]\nrequire_approval = true\n").unwrap();
-    let seen = client(
-        plugins.path(),
-        "gate",
-        &["--policy", policy.to_str().unwrap()],
-    );
+    for mode in ["legacy", "auto"] {
+        let plugins = plugins();
+        let policy = plugins.path().join("policy.toml");
+        std::fs::write(&policy, "[plugins.echo]\nrequire_approval = true\n").unwrap();
+        let seen = client(
+            plugins.path(),
+            &["gate", mode],
+            &["--policy", policy.to_str().unwrap()],
+        );
+        check_gate(&seen);
+    }
+}
+
+fn check_gate(seen: &Value) {
     let message = seen["approved_asked"][0]["message"].as_str().unwrap();
     assert!(message.contains("plugin `echo`"), "{message}");
     assert!(message.contains(r#"{"text":"gated"}"#), "{message}");
@@ -149,4 +169,32 @@ fn the_operators_approval_gate_holds_a_call_until_the_client_approves_it() {
         text(&seen["denied"]),
         "Not run: the call was denied: not now"
     );
+}
+
+#[test]
+fn a_2026_state_is_answered_once_and_never_altered_or_moved_to_other_arguments() {
+    let plugins = plugins();
+    let seen = client(plugins.path(), &["rounds"], &[]);
+    assert_eq!(seen["protocol_version"], "2026-07-28");
+    // The tool request comes back as one question, with the exact arguments.
+    assert_eq!(seen["questions"], json!(["question"]));
+    let message = seen["message"].as_str().unwrap();
+    assert!(message.contains("Tool: RotateKey"), "{message}");
+    let approved: Value = serde_json::from_str(text(&seen["answered"])).unwrap();
+    assert_eq!(approved["decision"], "approved", "{seen}");
+    // The same state and answer again: refused, as a second answer to a job is.
+    assert_eq!(seen["answered_again"]["code"], -32602, "{seen}");
+    let again = seen["answered_again"]["message"].as_str().unwrap();
+    assert!(again.contains("already answered"), "{again}");
+    // Altered, or sent with other arguments: one refusal that tells nothing more.
+    for refused in ["altered", "other_arguments"] {
+        assert_eq!(seen[refused]["code"], -32602, "{refused}: {seen}");
+        let message = seen[refused]["message"].as_str().unwrap();
+        assert!(message.contains("requestState is not valid"), "{message}");
+    }
+    let missing = seen["no_answer"]["message"].as_str().unwrap();
+    assert!(missing.contains("inputResponses.question"), "{missing}");
+    // Refused tries spend nothing: the state's own answer still goes through.
+    let second: Value = serde_json::from_str(text(&seen["second_answered"])).unwrap();
+    assert_eq!(second["decision"], "approved", "{seen}");
 }

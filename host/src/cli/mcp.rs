@@ -12,7 +12,7 @@ use super::Failure;
 use super::folder::load_folder;
 use super::setup::{EngineOptions, Setup};
 use crate::engine::{CatalogSlot, ToolCatalog};
-use crate::mcp::{ToolServer, serve_stdio};
+use crate::mcp::{Sealer, ToolServer, serve_stdio};
 use crate::plugin::Runtime;
 
 #[derive(Debug, Args)]
@@ -42,6 +42,7 @@ pub async fn execute(command: &McpCommand, runtime: Runtime) -> Result<(), Failu
         catalog.tool_names().len(),
         dir.display()
     );
-    let server = ToolServer::new(Arc::new(CatalogSlot::new(Arc::new(catalog))));
+    let sealer = Sealer::in_memory().map_err(Failure::failed)?;
+    let server = ToolServer::new(Arc::new(CatalogSlot::new(Arc::new(catalog))), sealer);
     serve_stdio(server).await.map_err(Failure::failed)
 }

@@ -1,14 +1,18 @@
 //! MCP: the tools of the loaded plugins served over the Model Context Protocol, on stdio
 //! (`maestro mcp`) and as streamable HTTP (`/mcp` of `maestro serve`), with the official Rust
-//! SDK (`rmcp`).
+//! SDK (`rmcp`), in revision 2026-07-28 (a park returned as `input_required` with a sealed
+//! state, `rounds`) and in the revisions before it (a park asked in the middle of the call).
 //!
 //! Invariant: this layer only translates. What runs, under which policy and limits, is the
 //! plugin layer's; what a park asks and what an answer resumes with is decided in `parks`,
-//! which has no I/O.
+//! which has no I/O; who may resume a call, and only once, is decided in `rounds`.
 
+mod calls;
 mod parks;
+mod rounds;
 mod server;
 
+pub use rounds::{Caller, Sealer};
 pub use server::ToolServer;
 
 /// Serves `server` on this process's stdin and stdout until the client goes.

@@ -1,53 +1,66 @@
 //! The MCP server: every tool of the plugins loaded, listed with its description and JSON
-//! Schema, and called through the same sandbox, policy and limits as in a job.
+//! Schema, and called through the same sandbox, policy and limits as in a job (`calls`).
 //!
-//! Invariant: a call runs on the plugin version that served the tool when the call began, also
-//! when it is resumed after a question; a tool under the operator's approval gate runs only
-//! after a person at the client approved that exact call; a park is asked as an elicitation
-//! only of a client that declared it can answer forms, and otherwise (or when it cannot be asked
-//! at all) the call ends with a result that says what it waited for. A tool's failure is a
-//! result with `isError`, never a protocol error: the model reads it.
+//! Invariant: a client hears of every change of the tools, on its session (up to 2025-11-25)
+//! or on its `subscriptions/listen` stream (2026-07-28). A call of revision 2026-07-28 is
+//! never interrupted by a request to the client (the revision forbids it): it returns its
+//! questions instead.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
+use tokio::sync::broadcast;
 
-use super::parks::{self, Question, Reply};
+use super::rounds::{Caller, Sealer};
 use crate::engine::CatalogSlot;
-use crate::plugin::{CallRequest, Outcome, Plugin, Terminal};
+use crate::plugin::Plugin;
+use crate::worker::Versions;
 
-/// How many times one call may park and be resumed before the server gives up on it: a tool
-/// that parks again on every answer would otherwise ask for ever.
-const MAX_ROUNDS: usize = 8;
-
-/// The server of every connection (stdio) and session (HTTP); a clone serves each, sharing
-/// the catalog and who is connected.
+/// The server of every connection (stdio) and session or request (HTTP); a clone serves
+/// each, sharing the catalog, who is connected and the sealing key.
 #[derive(Clone)]
 pub struct ToolServer {
-    catalog: Arc<CatalogSlot>,
-    /// The clients connected, to tell when the tools change.
+    pub(super) catalog: Arc<CatalogSlot>,
+    /// The clients connected with a session, to tell when the tools change.
     clients: Arc<Mutex<Vec<Peer<RoleServer>>>>,
+    /// Each change of the tools, for the clients listening without a session.
+    changes: broadcast::Sender<()>,
+    pub(super) sealer: Arc<Sealer>,
+    /// Where a version that a resumed call is pinned to is found when this process lacks it.
+    pub(super) versions: Option<Arc<dyn Versions>>,
 }
 
 impl ToolServer {
-    pub fn new(catalog: Arc<CatalogSlot>) -> Self {
+    /// A server of the tools of `catalog`, whose calls' states `sealer` seals.
+    pub fn new(catalog: Arc<CatalogSlot>, sealer: Sealer) -> Self {
         Self {
             catalog,
             clients: Arc::default(),
+            changes: broadcast::channel(16).0,
+            sealer: Arc::new(sealer),
+            versions: None,
         }
+    }
+
+    /// Resumes calls on versions this process never loaded, from `versions`.
+    pub fn with_versions(mut self, versions: Arc<dyn Versions>) -> Self {
+        self.versions = Some(versions);
+        self
     }
 
     /// Tells every connected client that the tools changed (a plugin loaded, reloaded or was
     /// removed), so it lists them again.
     pub async fn tools_changed(&self) {
+        // No listener is no error: a listener that comes later lists the tools anew anyway.
+        let _ = self.changes.send(());
         let clients = {
             let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
             clients.retain(|client| !client.is_transport_closed());
@@ -71,52 +84,18 @@ impl ToolServer {
         tools
     }
 
-    /// Runs `tool` to its end, asking the person at the client what its parks wait for.
-    async fn call(
-        &self,
-        plugin: Arc<Plugin>,
-        tool: String,
-        arguments: Value,
-        cx: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        if plugin.policy().require_approval {
-            let gate = parks::gate_question(plugin.name(), &tool, &arguments);
-            match ask(cx, &gate).await {
-                Reply::Resume(crate::plugin::Resume::Approved) => {}
-                Reply::Resume(crate::plugin::Resume::Denied(reason)) => {
-                    return failed(format!("Not run: the call was denied: {reason}"));
-                }
-                Reply::Resume(_) | Reply::Ended(_) => {
-                    return failed(format!(
-                        "Not run: the operator's policy requires approval of every call of \
-                         plugin `{}`, and none was given.",
-                        plugin.name()
-                    ));
-                }
-            }
-        }
-        let mut request = CallRequest::new(tool, arguments);
-        for _ in 0..MAX_ROUNDS {
-            let park = match plugin.invoke(request.clone()).await {
-                Ok(Outcome::Output(text)) | Ok(Outcome::Terminal(Terminal::Complete(text))) => {
-                    return CallToolResult::success(vec![ContentBlock::text(text)]);
-                }
-                Ok(Outcome::Terminal(Terminal::Abort(text))) => return failed(text),
-                Ok(Outcome::Park(park)) => park,
-                Err(error) => return failed(error.to_json().to_string()),
-            };
-            let question = match parks::question_for(&park) {
-                Ok(question) => question,
-                Err(why) => return failed(why),
-            };
-            match ask(cx, &question).await {
-                Reply::Resume(resume) => request.resume = Some(resume),
-                Reply::Ended(why) => return failed(why),
-            }
-        }
-        failed(format!(
-            "The call parked {MAX_ROUNDS} times in a row; it was stopped there."
-        ))
+    /// The plugin serving `tool` now.
+    pub(super) fn plugin_for(&self, tool: &str) -> Result<Arc<Plugin>, ErrorData> {
+        self.catalog
+            .current()
+            .plugin_for(tool)
+            .cloned()
+            .ok_or_else(|| {
+                ErrorData::invalid_params(
+                    format!("no tool `{tool}`: tools/list names the tools there are"),
+                    None,
+                )
+            })
     }
 }
 
@@ -134,10 +113,10 @@ impl ServerHandler for ToolServer {
             )
     }
 
-    /// Up to 2025-11-25: a client of a later revision negotiates down to it, where a server
-    /// may ask the client in the middle of a call.
+    /// Every revision up to 2026-07-28: a client of 2025-11-25 or before is asked in the middle
+    /// of a call, one of 2026-07-28 gets its questions as results.
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
     }
 
     async fn on_initialized(&self, cx: NotificationContext<RoleServer>) {
@@ -145,6 +124,33 @@ impl ServerHandler for ToolServer {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(cx.peer);
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.supported_by(&self.get_info().capabilities))
+    }
+
+    async fn listen(&self, cx: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.changes.subscribe();
+        loop {
+            tokio::select! {
+                () = cx.cancelled() => return Ok(()),
+                change = changes.recv() => match change {
+                    Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if cx.accepted().tools_list_changed == Some(true)
+                            && let Err(error) = cx.sink().notify_tool_list_changed().await
+                        {
+                            tracing::debug!("an MCP listener went away: {error}");
+                            return Ok(());
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
     }
 
     async fn list_tools(
@@ -165,47 +171,33 @@ impl ServerHandler for ToolServer {
         request: CallToolRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let tool = request.name.to_string();
-        let Some(plugin) = self.catalog.current().plugin_for(&tool).cloned() else {
-            return Err(ErrorData::invalid_params(
-                format!("no tool `{tool}`: tools/list names the tools there are"),
-                None,
-            ));
+        let in_rounds = cx
+            .protocol_version()
+            .is_some_and(|version| !version.has_initialize());
+        let call = async {
+            if in_rounds {
+                self.call_in_rounds(request, &caller(&cx), &cx).await
+            } else {
+                let tool = request.name.to_string();
+                let plugin = self.plugin_for(&tool)?;
+                let arguments = Value::Object(request.arguments.unwrap_or_default());
+                Ok(self.call_live(plugin, tool, arguments, &cx).await.into())
+            }
         };
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let call = self.call(plugin, tool, arguments, &cx);
         tokio::select! {
-            result = call => Ok(result.into()),
+            result = call => result,
             () = cx.ct.cancelled() => Err(ErrorData::internal_error("the client cancelled the call", None)),
         }
     }
 }
 
-/// Asks the person at the client `question`, if the client can be asked.
-async fn ask(cx: &RequestContext<RoleServer>, question: &Question) -> Reply {
-    let answers_forms = cx
-        .client_capabilities()
-        .and_then(|capabilities| capabilities.elicitation)
-        // A client that declares elicitation without naming a mode takes forms.
-        .is_some_and(|elicitation| elicitation.form.is_some() || elicitation.url.is_none());
-    if !answers_forms {
-        return Reply::Ended(parks::unanswerable(question));
-    }
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message: question.message.clone(),
-        requested_schema: question.schema.clone(),
-    };
-    match cx.peer.create_elicitation(params).await {
-        Ok(result) => question.reply(&result.action, result.content.as_ref()),
-        Err(error) => Reply::Ended(format!(
-            "The call waited for a human, and the client could not be asked: {error}"
-        )),
-    }
-}
-
-fn failed(text: String) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(text)])
+/// Who makes the request: whom the HTTP layer identified, else the client of the connection.
+fn caller(cx: &RequestContext<RoleServer>) -> Caller {
+    cx.extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .cloned()
+        .unwrap_or_else(Caller::anonymous)
 }
 
 fn tool_of(spec: &crate::plugin::ToolSpec) -> Tool {

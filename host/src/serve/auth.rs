@@ -135,12 +135,7 @@ impl Auth {
         if self.is_open() {
             return None;
         }
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim);
+        let presented = bearer_token(request.headers());
         // Inside `/v1` the router sees the path without its prefix; the original one is kept.
         let path = request
             .extensions()
@@ -168,6 +163,15 @@ impl Auth {
             None => Some(refuse("this server needs `Authorization: Bearer <token>`")),
         }
     }
+}
+
+/// The token of `Authorization: Bearer <token>`, if the request carries one.
+pub(super) fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim)
 }
 
 fn refuse(message: &str) -> Response {

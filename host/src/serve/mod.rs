@@ -128,7 +128,9 @@ pub async fn start(
         .map(|age| tokio::spawn(retain(store.clone(), age)));
 
     let metrics = crate::telemetry::Exporter::install()?;
-    let tools = crate::mcp::ToolServer::new(plugins.slot().clone());
+    let sealer = crate::mcp::Sealer::with_store(store.clone())?;
+    let tools =
+        crate::mcp::ToolServer::new(plugins.slot().clone(), sealer).with_versions(plugins.clone());
     let announcing = tokio::spawn(mcp::announce_tool_changes(hub.clone(), tools.clone()));
     let mcp_stop = tokio_util::sync::CancellationToken::new();
     let state = Arc::new(AppState {

@@ -1,15 +1,27 @@
-"""Drives `maestro mcp` with the official MCP Python SDK, as a client someone else wrote: it
-lists the tools, calls one, calls a tool that parks for approval and answers (or declines) the
-elicitation, calls it from a client that cannot be asked, and probes an unknown method.
+"""Drives maestro's MCP server with the official MCP Python SDK, as a client someone else wrote:
+it lists the tools, calls one, calls a tool that parks for approval and answers (or declines) the
+question, calls it from a client that cannot be asked, and probes an unknown method.
+
+MODE is `legacy` (the 2025-11-25 handshake: questions come as elicitation requests in the middle
+of a call) or `auto` (the client adopts 2026-07-28 when the server offers it: questions come back
+as `input_required` results, and the SDK calls again with the answer and the sealed state).
 
 Usage:
-  client.py tour MAESTRO_BINARY PLUGIN_DIR       the above, over stdio
-  client.py gate MAESTRO_BINARY PLUGIN_DIR ARGS  echo under the operator's approval gate (which
-                                                 ARGS for maestro set): approved, then denied
-  client.py http URL TOKEN                       over streamable HTTP with a bearer token: list,
-                                                 call, approve; then print `listed` and wait for a
-                                                 line on stdin, after which a plugin changed: wait
-                                                 for the server to say so and list again
+  client.py tour MODE MAESTRO_BINARY PLUGIN_DIR       the above, over stdio
+  client.py gate MODE MAESTRO_BINARY PLUGIN_DIR ARGS  echo under the operator's approval gate
+                                                      (which ARGS for maestro set): approved,
+                                                      then denied
+  client.py rounds MAESTRO_BINARY PLUGIN_DIR          2026-07-28 by hand: a state answered twice,
+                                                      altered, and sent with other arguments
+  client.py http MODE URL TOKEN                       over streamable HTTP with a bearer token:
+                                                      list, call, approve; then print `listed`
+                                                      and wait for a line on stdin, after which a
+                                                      plugin changed: wait for the server to say
+                                                      so and list again
+  client.py ask URL TOKEN                             2026-07-28 over HTTP: call RequestTool and
+                                                      print the question and its state
+  client.py answer URL TOKEN OTHER_TOKEN STATE        answer that state with the other token,
+                                                      then with its own, then again
 Prints one JSON document with what the client saw, for the Rust test to check.
 """
 
@@ -24,9 +36,14 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 SCENARIO = sys.argv[1]
-if SCENARIO != "http":
-    MAESTRO, PLUGINS, EXTRA = sys.argv[2], sys.argv[3], sys.argv[4:]
+if SCENARIO in ("tour", "gate", "http"):
+    MODE, ARGS = sys.argv[2], sys.argv[3:]
+else:
+    MODE, ARGS = "2026-07-28", sys.argv[2:]
+if SCENARIO in ("tour", "gate", "rounds"):
+    MAESTRO, PLUGINS, EXTRA = ARGS[0], ARGS[1], ARGS[2:]
     TARGET = StdioServerParameters(command=MAESTRO, args=["mcp", "--plugins", PLUGINS, *EXTRA])
+APPROVE = {"question": {"action": "accept", "content": {"decision": "approve"}}}
 ROTATE = {
     "tool": "RotateKey",
     "reason": "Rotate the staging API key as the user asked.",
@@ -37,6 +54,15 @@ ROTATE = {
 class Unknown(types.Request[types.RequestParams | None, Literal["maestro/no-such-method"]]):
     method: Literal["maestro/no-such-method"] = "maestro/no-such-method"
     params: types.RequestParams | None = None
+
+
+def refusal(error):
+    return {"code": error.error.code, "message": error.error.message}
+
+
+def over_http(url, token):
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
 
 
 def result(r):
@@ -56,7 +82,7 @@ def answering(reply):
 
 async def tour():
     seen = {}
-    async with Client(TARGET) as client:
+    async with Client(TARGET, mode=MODE) as client:
         seen["protocol_version"] = client.protocol_version
         tools = await client.list_tools()
         seen["tools"] = {t.name: {"description": t.description, "schema": t.input_schema} for t in tools.tools}
@@ -67,24 +93,24 @@ async def tour():
             await client.session.send_request(Unknown(), types.Result)
             seen["unknown_method"] = "answered"
         except MCPError as error:
-            seen["unknown_method"] = {"code": error.error.code, "message": error.error.message}
+            seen["unknown_method"] = refusal(error)
         seen["tools_after_unknown"] = len((await client.list_tools()).tools)
         # Not a client that can be asked: the park comes back as a result saying so.
         seen["unasked"] = result(await client.call_tool("RequestTool", ROTATE))
 
     asked, approve = answering(types.ElicitResult(action="accept", content={"decision": "approve"}))
-    async with Client(TARGET, elicitation_callback=approve) as client:
+    async with Client(TARGET, mode=MODE, elicitation_callback=approve) as client:
         seen["approved"] = result(await client.call_tool("RequestTool", ROTATE))
         seen["approved_asked"] = asked
 
     asked, answer = answering(types.ElicitResult(action="accept", content={"answer": "Lisbon"}))
-    async with Client(TARGET, elicitation_callback=answer) as client:
+    async with Client(TARGET, mode=MODE, elicitation_callback=answer) as client:
         question = {"status": "needs_user_input", "question": "Which city?"}
         seen["answered"] = result(await client.call_tool("complete", question))
         seen["answered_asked"] = asked
 
     asked, decline = answering(types.ElicitResult(action="decline"))
-    async with Client(TARGET, elicitation_callback=decline) as client:
+    async with Client(TARGET, mode=MODE, elicitation_callback=decline) as client:
         seen["declined"] = result(await client.call_tool("RequestTool", ROTATE))
         seen["declined_asked"] = asked
 
@@ -94,19 +120,19 @@ async def tour():
 async def gate():
     seen = {}
     asked, approve = answering(types.ElicitResult(action="accept", content={"decision": "approve"}))
-    async with Client(TARGET, elicitation_callback=approve) as client:
+    async with Client(TARGET, mode=MODE, elicitation_callback=approve) as client:
         seen["approved"] = result(await client.call_tool("echo", {"text": "gated"}))
         seen["approved_asked"] = asked
     reply = types.ElicitResult(action="accept", content={"decision": "deny", "reason": "not now"})
     asked, deny = answering(reply)
-    async with Client(TARGET, elicitation_callback=deny) as client:
+    async with Client(TARGET, mode=MODE, elicitation_callback=deny) as client:
         seen["denied"] = result(await client.call_tool("echo", {"text": "gated"}))
         seen["denied_asked"] = asked
     return seen
 
 
 async def http():
-    url, token = sys.argv[2], sys.argv[3]
+    url, token = ARGS
     seen = {}
     changed = anyio.Event()
 
@@ -115,25 +141,103 @@ async def http():
             changed.set()
 
     asked, approve = answering(types.ElicitResult(action="accept", content={"decision": "approve"}))
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http_client:
+    async with over_http(url, token) as http_client:
         target = streamable_http_client(url, http_client=http_client)
-        async with Client(target, elicitation_callback=approve, message_handler=on_message) as client:
+        async with Client(target, mode=MODE, elicitation_callback=approve, message_handler=on_message) as client:
             seen["protocol_version"] = client.protocol_version
             seen["tools"] = sorted(t.name for t in (await client.list_tools()).tools)
             seen["approved"] = result(await client.call_tool("RequestTool", ROTATE))
             seen["approved_asked"] = asked
-            print("listed", flush=True)
-            await anyio.to_thread.run_sync(sys.stdin.readline)
-            with anyio.fail_after(60):
-                await changed.wait()
-            seen["tools_after_change"] = sorted(t.name for t in (await client.list_tools()).tools)
+            if MODE == "legacy":
+                print("listed", flush=True)
+                await anyio.to_thread.run_sync(sys.stdin.readline)
+                with anyio.fail_after(60):
+                    await changed.wait()
+            else:
+                # 2026-07-28 has no session: changes come on a `subscriptions/listen` stream.
+                async with client.listen(tools_list_changed=True) as changes:
+                    print("listed", flush=True)
+                    await anyio.to_thread.run_sync(sys.stdin.readline)
+                    with anyio.fail_after(60):
+                        await changes.__anext__()
+            tools = await client.list_tools(cache_mode="refresh")
+            seen["tools_after_change"] = sorted(t.name for t in tools.tools)
             seen["echo"] = result(await client.call_tool("echo", {"text": "hot loaded"}))
     return seen
 
 
+async def rounds():
+    """2026-07-28 driven by hand: what the server does with states sent back wrongly."""
+    seen = {}
+    asked, approve = answering(types.ElicitResult(action="accept", content={"decision": "approve"}))
+    async with Client(TARGET, mode=MODE, elicitation_callback=approve) as client:
+        session = client.session
+        seen["protocol_version"] = client.protocol_version
+        first = await session.call_tool("RequestTool", ROTATE, allow_input_required=True)
+        seen["questions"] = sorted((first.input_requests or {}).keys())
+        seen["message"] = first.input_requests["question"].params.message
+        state = first.request_state
+
+        async def answer(state, arguments=ROTATE, responses=APPROVE):
+            try:
+                r = await session.call_tool(
+                    "RequestTool", arguments, input_responses=responses, request_state=state,
+                    allow_input_required=True,
+                )
+                return result(r)
+            except MCPError as error:
+                return refusal(error)
+
+        seen["answered"] = await answer(state)
+        seen["answered_again"] = await answer(state)
+        second = (await session.call_tool("RequestTool", ROTATE, allow_input_required=True)).request_state
+        flipped = "A" if second[len(second) // 2] != "A" else "B"
+        altered = second[: len(second) // 2] + flipped + second[len(second) // 2 + 1 :]
+        seen["altered"] = await answer(altered)
+        other = dict(ROTATE, arguments={"service": "production", "revoke_old_after_minutes": 0})
+        seen["other_arguments"] = await answer(second, arguments=other)
+        seen["no_answer"] = await answer(second, responses={})
+        # None of those spent it: its own answer still goes through.
+        seen["second_answered"] = await answer(second)
+    return seen
+
+
+async def ask():
+    url, token = ARGS
+    async with over_http(url, token) as http_client:
+        target = streamable_http_client(url, http_client=http_client)
+        _, never = answering(None)  # declares forms; the questions are answered by hand
+        async with Client(target, mode=MODE, elicitation_callback=never) as client:
+            first = await client.session.call_tool("RequestTool", ROTATE, allow_input_required=True)
+            return {
+                "protocol_version": client.protocol_version,
+                "message": first.input_requests["question"].params.message,
+                "state": first.request_state,
+            }
+
+
+async def answer():
+    url, token, other_token, state = ARGS
+    seen = {}
+    for name, bearer in (("other_caller", other_token), ("answered", token), ("answered_again", token)):
+        async with over_http(url, bearer) as http_client:
+            target = streamable_http_client(url, http_client=http_client)
+            _, never = answering(None)
+            async with Client(target, mode=MODE, elicitation_callback=never) as client:
+                try:
+                    r = await client.session.call_tool(
+                        "RequestTool", ROTATE, input_responses=APPROVE, request_state=state,
+                        allow_input_required=True,
+                    )
+                    seen[name] = result(r)
+                except MCPError as error:
+                    seen[name] = refusal(error)
+    return seen
+
+
 async def main():
-    print(json.dumps(await {"tour": tour, "gate": gate, "http": http}[SCENARIO]()))
+    scenarios = {"tour": tour, "gate": gate, "http": http, "rounds": rounds, "ask": ask, "answer": answer}
+    print(json.dumps(await scenarios[SCENARIO]()))
 
 
 anyio.run(main)
