@@ -1,12 +1,11 @@
 //! The HTTP API (`/v1`), the OpenAPI document (`/openapi.json`) and the metrics (`/metrics`).
-//! A job's graph is drawn in `job_graph`, the pages (`/`, `/jobs/{id}`) are `ui`'s, MCP
-//! (`/mcp`) is `mcp`'s.
+//! A job's fields are gathered in `job_view` and its graph drawn in `job_graph`; the pages
+//! (`/`, `/jobs/{id}`) are `ui`'s, MCP (`/mcp`) is `mcp`'s.
 //!
 //! Invariant: every answer to an API call is JSON, and every refusal is
-//! `{"error": {"code", "message"}}` with a fitting status; the phase and waiting reason shown
-//! for a job are the fold of its stored log (as `maestro jobs show` prints them), never a
-//! separate record. An answer goes through the store's `answer`, so two clients answering one
-//! wait get one success and one `409`.
+//! `{"error": {"code", "message"}}` with a fitting status; a job is shown as `job_view`
+//! gathers it. An answer goes through the store's `answer`, so two clients answering one wait
+//! get one success and one `409`.
 
 use std::sync::Arc;
 
@@ -26,12 +25,11 @@ use super::answers;
 use super::auth::{Auth, require_token};
 use super::bodies::{RequestBody, StartJob};
 use super::guard::{Guard, guard_requests, require_json};
+use super::job_view::{JobView, job_view};
 use super::live::{Hub, feed, job_stream};
 use super::metrics::Scrape;
 use super::plugins::{Change, PluginHost, PluginRequestError};
-use crate::engine::{
-    Engine, JobEvent, JobState, JobStatus, WaitRequest, artifact_view, job_session,
-};
+use crate::engine::{Engine, JobStatus, artifact_view};
 
 use crate::store::{JobStore, StoreError, new_job_id};
 use crate::telemetry::Exporter;
@@ -521,152 +519,5 @@ impl AppState {
             .read(move |store| Ok((job_view(store, &id)?, store.children(&id)?)))
             .await?;
         Ok(view.detail(children))
-    }
-}
-
-/// A job as the API shows it.
-pub(super) struct JobView {
-    pub state: JobState,
-    pub summary: Value,
-}
-
-impl JobView {
-    /// `children`: every job started by this one, subtasks and workers, oldest first.
-    fn detail(mut self, children: Vec<String>) -> Value {
-        if let Value::Object(fields) = &mut self.summary {
-            fields.insert("input".into(), json!(self.state.input));
-            fields.insert("result".into(), json!(self.state.result));
-            fields.insert("children".into(), json!(children));
-            let trace = self
-                .state
-                .trace
-                .as_ref()
-                .map(|trace| trace.trace_id.as_str());
-            fields.insert("trace_id".into(), json!(trace));
-            let artifacts: Vec<Value> = self
-                .state
-                .phase_session()
-                .map(|session| session.artifacts().iter().map(artifact_view).collect())
-                .unwrap_or_default();
-            fields.insert("artifacts".into(), json!(artifacts));
-        }
-        self.summary
-    }
-}
-
-/// Who holds a tool call for approval: the operator's policy (`policy`: approving runs that
-/// very call) or a tool's own `tool-request` (`tool`: approving grants one call with exactly
-/// those arguments). `None` for other waits.
-fn asked_by(wait: &crate::engine::Wait) -> Option<&'static str> {
-    match (&wait.request, &wait.resume) {
-        (
-            crate::engine::WaitRequest::ToolApproval { .. },
-            crate::engine::ResumePoint::ApprovalGate { by, .. },
-        ) => Some(match by {
-            crate::engine::GateOwner::Policy => "policy",
-            crate::engine::GateOwner::Piece => "piece",
-        }),
-        (crate::engine::WaitRequest::ToolApproval { .. }, _) => Some("tool"),
-        _ => None,
-    }
-}
-
-pub(super) fn job_view(store: &dyn JobStore, id: &str) -> Result<JobView, StoreError> {
-    let (state, status) = store.load(id)?;
-    let row = store.summary(id)?;
-    // The session kept with the job is the fold of its log; only a job stored before sessions
-    // were kept has its log folded here.
-    let session = match state.phase_session() {
-        Some(session) => Ok(session.clone()),
-        None => {
-            let log: Vec<JobEvent> = store
-                .events(id, 0)?
-                .into_iter()
-                .map(|stored| stored.event)
-                .collect();
-            job_session(&state.id, &log)
-        }
-    };
-    let under_review = state.wait.as_ref().and_then(|wait| match &wait.request {
-        WaitRequest::ArtifactReview { artifact_id, .. }
-        | WaitRequest::RevisionInstruction { artifact_id, .. } => session
-            .as_ref()
-            .ok()
-            .and_then(|session| session.artifact(artifact_id))
-            .map(artifact_view),
-        _ => None,
-    });
-    let mut summary = json!({
-        "id": state.id,
-        "piece": state.piece,
-        "status": status,
-        "movement": state.movement,
-        "parent": state.parent,
-        "created_at_ms": row.created_at_ms,
-        "updated_at_ms": row.updated_at_ms,
-        "wait": state.wait.as_ref().map(|wait| json!({
-            "id": wait.id,
-            "reason": wait.reason.map(|reason| reason.as_str()),
-            "request": wait.request,
-            "asked_by": asked_by(wait),
-            "artifact": under_review,
-        })),
-        "expires_at_ms": state.wait_expires_at_ms,
-    });
-    let fields = summary.as_object_mut().expect("an object");
-    match &session {
-        Ok(session) => {
-            fields.insert("phase".into(), json!(session.phase()));
-            fields.insert("waiting_reason".into(), json!(session.waiting_reason()));
-            fields.insert("worker".into(), json!(session.current_worker_id()));
-        }
-        Err(error) => {
-            fields.insert("phase".into(), Value::Null);
-            fields.insert("waiting_reason".into(), Value::Null);
-            fields.insert("phase_error".into(), json!(error.to_string()));
-        }
-    }
-    Ok(JobView { state, summary })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::{PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest};
-    use crate::plugin::CallRequest;
-
-    fn wait(request: WaitRequest, resume: ResumePoint) -> Wait {
-        Wait {
-            id: 1,
-            reason: Some(WaitReason::ToolRequest),
-            request,
-            resume,
-        }
-    }
-
-    #[test]
-    fn a_tool_approval_says_whether_the_policy_or_a_tool_asks() {
-        let approval = WaitRequest::ToolApproval {
-            tool: "RotateKey".into(),
-            reason: "r".into(),
-            arguments: "{}".into(),
-        };
-        let call = CallRequest::new("RotateKey", json!({}));
-        let plugin = PinnedPlugin {
-            name: "keys".into(),
-            content_hash: "h".into(),
-        };
-        let gate = ResumePoint::ApprovalGate {
-            call: call.clone(),
-            plugin: plugin.clone(),
-            by: crate::engine::GateOwner::Policy,
-        };
-        let parked = ResumePoint::ParkedCall { call, plugin };
-        assert_eq!(asked_by(&wait(approval.clone(), gate)), Some("policy"));
-        assert_eq!(asked_by(&wait(approval, parked.clone())), Some("tool"));
-        let question = WaitRequest::Question {
-            question: "?".into(),
-        };
-        assert_eq!(asked_by(&wait(question, parked)), None);
     }
 }

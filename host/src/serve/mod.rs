@@ -12,6 +12,7 @@ mod auth;
 mod bodies;
 mod guard;
 mod job_graph;
+mod job_view;
 mod live;
 mod mcp;
 mod metrics;
