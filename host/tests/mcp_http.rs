@@ -4,7 +4,10 @@
 //! the session's stream or as an `input_required` result; a plugin installed while the clients
 //! are connected is announced to both (`notifications/tools/list_changed`) and callable. A
 //! question's sealed state outlives a restart of the server, opens only for its caller's token,
-//! and is answered once.
+//! and is answered once. A piece is a tool too: to a client of the tasks extension its call is a
+//! task, which is its job, so it outlives a restart and an answer in the inbox moves it; to
+//! another client the call follows the job, asking its question in the middle of the call where
+//! the revision allows it, and otherwise saying where the job waits.
 
 mod common;
 mod serve_support;
@@ -160,9 +163,10 @@ fn run_python(args: &[&str], server: &TestServer) -> Value {
     serde_json::from_str(stdout.trim()).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_question_asked_before_a_restart_is_answered_after_it_once_and_only_by_its_caller() {
-    const OTHER_TOKEN: &str = "another-token-for-another-caller";
+/// A server of the approval piece whose API takes two tokens: [`TOKEN`] and this one.
+const OTHER_TOKEN: &str = "another-token-for-another-caller";
+
+fn two_token_server() -> TestServer {
     let folder = ServerFolder::new(
         &[approval_piece()],
         APPROVAL_SCRIPT,
@@ -177,7 +181,160 @@ async fn a_question_asked_before_a_restart_is_answered_after_it_once_and_only_by
         text.replace(&format!("tokens = [\"{TOKEN}\"]"), &two_tokens),
     )
     .unwrap();
-    let server = TestServer::start(folder);
+    TestServer::start(folder)
+}
+
+/// What the approval piece's job ends with (its `complete`'s summary, from the script).
+const APPROVED: &str = "RotateKey was approved and ran.";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_piece_is_a_task_that_outlives_a_restart_and_moves_by_tasks_update_or_the_inbox() {
+    let server = two_token_server();
+    let asked = tokio::task::block_in_place(|| {
+        run_python(&["task-ask", &server.url("/mcp"), TOKEN], &server)
+    });
+    assert_eq!(asked["protocol_version"], "2026-07-28");
+    // The call came back as a task at once, and the task asks for the approval its job waits for.
+    assert_eq!(asked["handle"]["resultType"], "task", "{asked}");
+    let task = asked["handle"]["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(asked["asked"]["status"], "input_required", "{asked}");
+    let requests = asked["asked"]["inputRequests"].as_object().unwrap();
+    let (key, request) = requests.iter().next().unwrap();
+    let message = request["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#"{"revoke_old_after_minutes":60,"service":"staging"}"#),
+        "{message}"
+    );
+    // The task is the job, which the API shows waiting for that approval.
+    let job = task.split_once('.').unwrap().0.to_owned();
+    let shown = server.get(&format!("/v1/jobs/{job}")).await;
+    assert_eq!(shown["status"], "waiting_human", "{shown}");
+    assert_eq!(key, &format!("wait-{}", shown["wait"]["id"]));
+
+    // The server goes down and comes back: the task is read from the store.
+    let server = tokio::task::block_in_place(|| server.restart());
+    let seen = tokio::task::block_in_place(|| {
+        run_python(
+            &[
+                "task-answer",
+                &server.url("/mcp"),
+                TOKEN,
+                OTHER_TOKEN,
+                &task,
+            ],
+            &server,
+        )
+    });
+    // Another token's client cannot see it; its own sees the same question, refuses a reply
+    // that names no open question or gives no decision, and takes the approval.
+    assert_eq!(seen["other_caller"]["code"], -32602, "{seen}");
+    assert_eq!(seen["before"]["status"], "input_required", "{seen}");
+    assert!(seen["before"]["inputRequests"].get(key).is_some(), "{seen}");
+    assert_eq!(seen["wrong_key"]["code"], -32602, "{seen}");
+    let no_decision = seen["no_decision"]["message"].as_str().unwrap();
+    assert!(no_decision.contains("`decision`"), "{no_decision}");
+    assert_eq!(seen["after"]["status"], "completed", "{seen}");
+    assert_eq!(seen["after"]["result"]["content"][0]["text"], APPROVED);
+    let shown = server.get(&format!("/v1/jobs/{job}")).await;
+    assert_eq!(shown["status"], "completed", "{shown}");
+
+    // A question answered in the inbox (the API) moves the task too.
+    let asked = tokio::task::block_in_place(|| {
+        run_python(&["task-ask", &server.url("/mcp"), TOKEN], &server)
+    });
+    let task = asked["handle"]["taskId"].as_str().unwrap().to_owned();
+    let job = task.split_once('.').unwrap().0.to_owned();
+    let waiting = server.get(&format!("/v1/jobs/{job}")).await;
+    let (status, body) = server
+        .post(
+            &format!("/v1/jobs/{job}/approve"),
+            json!({ "wait": waiting["wait"]["id"] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let done = tokio::task::block_in_place(|| {
+        run_python(&["task-wait", &server.url("/mcp"), TOKEN, &task], &server)
+    });
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], APPROVED);
+
+    // The SDK's own call, finished by the extension's claim: it polls, is asked, answers; and a
+    // task cancelled with tasks/cancel cancels its job.
+    let seen = tokio::task::block_in_place(|| {
+        run_python(&["task-run", &server.url("/mcp"), TOKEN], &server)
+    });
+    assert_eq!(
+        seen["ran"],
+        json!({ "is_error": false, "text": APPROVED }),
+        "{seen}"
+    );
+    assert!(
+        seen["asked"][0].as_str().unwrap().contains("RotateKey"),
+        "{seen}"
+    );
+    assert_eq!(seen["cancelled"]["status"], "cancelled", "{seen}");
+    let cancelled = seen["cancelled"]["taskId"].as_str().unwrap();
+    let job = cancelled.split_once('.').unwrap().0;
+    let shown = server.get(&format!("/v1/jobs/{job}")).await;
+    assert_eq!(shown["status"], "cancelled", "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_piece_called_without_tasks_is_asked_in_the_call_or_says_where_its_job_waits() {
+    let server = two_token_server();
+    for mode in ["legacy", "auto"] {
+        let seen = tokio::task::block_in_place(|| {
+            run_python(&["pieces", mode, &server.url("/mcp"), TOKEN], &server)
+        });
+        // The piece is listed with its description and an `input`.
+        let schema = &seen["piece"]["schema"];
+        assert_eq!(schema["required"], json!(["input"]), "{seen}");
+        assert!(
+            seen["piece"]["description"]
+                .as_str()
+                .unwrap()
+                .starts_with("Prepare a change"),
+            "{seen}"
+        );
+        let bad = seen["bad_arguments"]["message"].as_str().unwrap();
+        assert!(bad.contains("no argument `text`"), "{mode}: {bad}");
+        if mode == "legacy" {
+            // Up to 2025-11-25 the job's question is asked in the middle of the call.
+            assert_eq!(
+                seen["asked_in_call"],
+                json!({ "is_error": false, "text": APPROVED }),
+                "{seen}"
+            );
+            let message = seen["asked_in_call_asked"][0]["message"].as_str().unwrap();
+            assert!(message.contains("RotateKey"), "{message}");
+        } else {
+            // 2026-07-28 forbids it: without tasks the call says where the job waits.
+            assert_eq!(seen["asked_in_call"]["is_error"], true, "{seen}");
+        }
+        // A client that cannot be asked is told where the job waits, and the job waits there.
+        let told = seen["unasked"]["text"].as_str().unwrap();
+        assert!(told.contains("waits for a person"), "{mode}: {told}");
+        let page = told
+            .split_whitespace()
+            .find(|word| word.contains("/jobs/job-"))
+            .unwrap_or_else(|| panic!("no page in {told}"));
+        let job = page
+            .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+            .rsplit('/')
+            .next()
+            .unwrap();
+        let shown = server.get(&format!("/v1/jobs/{job}")).await;
+        assert_eq!(shown["status"], "waiting_human", "{mode}: {shown}");
+        assert!(
+            told.contains(&server.url(&format!("/jobs/{job}"))),
+            "{told}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_question_asked_before_a_restart_is_answered_after_it_once_and_only_by_its_caller() {
+    let server = two_token_server();
     let asked =
         tokio::task::block_in_place(|| run_python(&["ask", &server.url("/mcp"), TOKEN], &server));
     assert_eq!(asked["protocol_version"], "2026-07-28");

@@ -217,7 +217,7 @@ fn gate_refusal(plugin: &Plugin, reply: Reply) -> Option<CallToolResult> {
 }
 
 /// Whether the client declared it answers form elicitations.
-fn answers_forms(cx: &RequestContext<RoleServer>) -> bool {
+pub(super) fn answers_forms(cx: &RequestContext<RoleServer>) -> bool {
     cx.client_capabilities()
         .and_then(|capabilities| capabilities.elicitation)
         // A client that declares elicitation without naming a mode takes forms.

@@ -97,6 +97,10 @@ impl Caller {
     pub fn anonymous() -> Self {
         Self(Sha256::digest(b"anonymous").into())
     }
+
+    pub fn digest(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// Why a state was not taken.

@@ -10,15 +10,16 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
-    Tool,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+    ServerConfig, SubscriptionFilter, Tool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use super::jobs::Jobs;
 use super::rounds::{Caller, Sealer};
 use crate::engine::CatalogSlot;
 use crate::plugin::Plugin;
@@ -36,6 +37,8 @@ pub struct ToolServer {
     pub(super) sealer: Arc<Sealer>,
     /// Where a version that a resumed call is pinned to is found when this process lacks it.
     pub(super) versions: Option<Arc<dyn Versions>>,
+    /// The jobs of the process, whose pieces are tools too (only where jobs run: `serve`).
+    jobs: Option<Arc<Jobs>>,
 }
 
 impl ToolServer {
@@ -47,6 +50,20 @@ impl ToolServer {
             changes: broadcast::channel(16).0,
             sealer: Arc::new(sealer),
             versions: None,
+            jobs: None,
+        }
+    }
+
+    /// Offers the pieces of `jobs` as tools, and their jobs as tasks.
+    pub fn with_jobs(mut self, jobs: Arc<Jobs>) -> Self {
+        self.jobs = Some(jobs);
+        self
+    }
+
+    /// The process saved `job`, or heard that another node did: calls that follow it look again.
+    pub fn job_saved(&self, job: &str) {
+        if let Some(jobs) = &self.jobs {
+            jobs.saved(job);
         }
     }
 
@@ -80,6 +97,9 @@ impl ToolServer {
             .into_iter()
             .flat_map(|plugin| plugin.specs().iter().map(tool_of))
             .collect();
+        if let Some(jobs) = &self.jobs {
+            tools.extend(jobs.tools(|name| catalog.spec(name).is_some()));
+        }
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
     }
@@ -101,10 +121,14 @@ impl ToolServer {
 
 impl ServerHandler for ToolServer {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder()
+        let builder = ServerCapabilities::builder()
             .enable_tools()
-            .enable_tool_list_changed()
-            .build();
+            .enable_tool_list_changed();
+        // A task is a job: only a process that runs jobs offers them.
+        let capabilities = match self.jobs {
+            Some(_) => builder.enable_tasks().build(),
+            None => builder.build(),
+        };
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("maestro", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -163,7 +187,10 @@ impl ServerHandler for ToolServer {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         let catalog = self.catalog.current();
-        catalog.spec(name).map(tool_of)
+        catalog
+            .spec(name)
+            .map(tool_of)
+            .or_else(|| self.jobs.as_ref()?.piece(name))
     }
 
     async fn call_tool(
@@ -174,9 +201,26 @@ impl ServerHandler for ToolServer {
         let in_rounds = cx
             .protocol_version()
             .is_some_and(|version| !version.has_initialize());
+        let caller = caller(&cx);
         let call = async {
+            let name = request.name.to_string();
+            if let Some(jobs) = self.piece_jobs(&name) {
+                let job = jobs
+                    .start(&name, request.arguments.unwrap_or_default())
+                    .await?;
+                let page = page_of(&cx, &job);
+                if cx
+                    .client_capabilities()
+                    .is_some_and(|capabilities| capabilities.supports_tasks())
+                {
+                    return Ok(jobs.task(&job, &caller, &page).await?.into());
+                }
+                // Up to 2025-11-25 a client may be asked in the middle of the call.
+                let live = (!in_rounds).then_some(&cx);
+                return Ok(jobs.follow(&job, &page, live).await.into());
+            }
             if in_rounds {
-                self.call_in_rounds(request, &caller(&cx), &cx).await
+                self.call_in_rounds(request, &caller, &cx).await
             } else {
                 let tool = request.name.to_string();
                 let plugin = self.plugin_for(&tool)?;
@@ -189,6 +233,63 @@ impl ServerHandler for ToolServer {
             () = cx.ct.cancelled() => Err(ErrorData::internal_error("the client cancelled the call", None)),
         }
     }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let jobs = self.task_jobs()?;
+        let task = jobs
+            .get(request, &caller(&cx), |job| page_of(&cx, job))
+            .await?;
+        Ok(GetTaskResult::new(task))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.task_jobs()?.update(request, &caller(&cx)).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.task_jobs()?.cancel(request, &caller(&cx)).await
+    }
+}
+
+impl ToolServer {
+    /// The jobs that run `name`, if it names a piece and no plugin's tool.
+    fn piece_jobs(&self, name: &str) -> Option<&Arc<Jobs>> {
+        let jobs = self.jobs.as_ref()?;
+        let catalog = self.catalog.current();
+        (catalog.spec(name).is_none() && jobs.piece(name).is_some()).then_some(jobs)
+    }
+
+    fn task_jobs(&self) -> Result<&Arc<Jobs>, ErrorData> {
+        // rmcp answers `tasks/*` only where the capability is declared, which needs jobs.
+        self.jobs
+            .as_ref()
+            .ok_or_else(|| ErrorData::internal_error("this server has no tasks", None))
+    }
+}
+
+/// Where a person settles what job `job` waits for: its page on this server, at the address
+/// the request came to (the guard let only this server's own `Host` through), or its id.
+fn page_of(cx: &RequestContext<RoleServer>, job: &str) -> String {
+    cx.extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.headers.get(http::header::HOST))
+        .and_then(|host| host.to_str().ok())
+        .map_or_else(
+            || format!("job {job}"),
+            |host| format!("http://{host}/jobs/{job}"),
+        )
 }
 
 /// Who makes the request: whom the HTTP layer identified, else the client of the connection.

@@ -12,7 +12,9 @@ use super::bodies::{
     AcceptBody, AnswerBody, ApproveBody, CancelBody, ChooseBody, DenyBody, IntakeBody, LoginBody,
     RejectBody, ReviseBody,
 };
-use super::live::Notice;
+use tokio::sync::Notify;
+
+use super::live::{Hub, Notice};
 use crate::engine::{Answer, EngineAnswer, HumanVerdict, JobStatus};
 use crate::plugin::Resume;
 
@@ -154,13 +156,18 @@ impl AppState {
     }
 
     pub(super) fn publish_change(&self, job: &str, status: JobStatus) {
-        if status == JobStatus::Pending {
-            // One job became runnable: one runner is enough.
-            self.wake.notify_one();
-        }
-        self.hub.publish(Notice::Saved {
-            job: job.to_owned(),
-            status,
-        });
+        publish_change(&self.hub, &self.wake, job, status);
     }
+}
+
+/// Tells the runners (when `job` may run now) and the live feed that `job` changed.
+pub(super) fn publish_change(hub: &Hub, wake: &Notify, job: &str, status: JobStatus) {
+    if status == JobStatus::Pending {
+        // One job became runnable: one runner is enough.
+        wake.notify_one();
+    }
+    hub.publish(Notice::Saved {
+        job: job.to_owned(),
+        status,
+    });
 }

@@ -73,7 +73,7 @@ pub struct RunningServer {
     retention: Option<tokio::task::JoinHandle<()>>,
     /// Brings the store's changes to the live feed, where the store tells of them.
     heard: Option<tokio::task::JoinHandle<()>>,
-    /// Tells MCP clients when the tools change.
+    /// Tells MCP clients when the tools change, and MCP calls when a job they follow is saved.
     announcing: tokio::task::JoinHandle<()>,
     /// Ends the MCP sessions.
     mcp_stop: tokio_util::sync::CancellationToken,
@@ -130,9 +130,15 @@ pub async fn start(
 
     let metrics = crate::telemetry::Exporter::install()?;
     let sealer = crate::mcp::Sealer::with_store(store.clone())?;
-    let tools =
-        crate::mcp::ToolServer::new(plugins.slot().clone(), sealer).with_versions(plugins.clone());
-    let announcing = tokio::spawn(mcp::announce_tool_changes(hub.clone(), tools.clone()));
+    let jobs = crate::mcp::Jobs::new(
+        engine.clone(),
+        store.clone(),
+        mcp::job_changes(hub.clone(), wake.clone()),
+    )?;
+    let tools = crate::mcp::ToolServer::new(plugins.slot().clone(), sealer)
+        .with_versions(plugins.clone())
+        .with_jobs(Arc::new(jobs));
+    let announcing = tokio::spawn(mcp::tell_mcp(hub.clone(), tools.clone()));
     let mcp_stop = tokio_util::sync::CancellationToken::new();
     let state = Arc::new(AppState {
         store,

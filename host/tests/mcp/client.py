@@ -22,6 +22,21 @@ Usage:
                                                       print the question and its state
   client.py answer URL TOKEN OTHER_TOKEN STATE        answer that state with the other token,
                                                       then with its own, then again
+  client.py pieces MODE URL TOKEN                     the piece `approval` as a tool, called
+                                                      without the tasks extension: approved in
+                                                      the middle of the call (where the
+                                                      revision allows), and from a client that
+                                                      cannot be asked
+  client.py task-ask URL TOKEN                        2026-07-28 with the tasks extension: call
+                                                      the piece, poll the task until it asks,
+                                                      print the task
+  client.py task-answer URL TOKEN OTHER_TOKEN TASK    get the task with the other token, then
+                                                      approve it with tasks/update and poll it
+                                                      to its end
+  client.py task-wait URL TOKEN TASK                  poll the task to its end
+  client.py task-run URL TOKEN                        the SDK's own call_tool with the tasks
+                                                      extension's claim: a task approved to
+                                                      its end; then one cancelled
 Prints one JSON document with what the client saw, for the Rust test to check.
 """
 
@@ -33,10 +48,12 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.extension import ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import ConfigDict
 
 SCENARIO = sys.argv[1]
-if SCENARIO in ("tour", "gate", "http"):
+if SCENARIO in ("tour", "gate", "http", "pieces"):
     MODE, ARGS = sys.argv[2], sys.argv[3:]
 else:
     MODE, ARGS = "2026-07-28", sys.argv[2:]
@@ -235,8 +252,216 @@ async def answer():
     return seen
 
 
+# The tasks extension (io.modelcontextprotocol/tasks), which the SDK leaves to a ClientExtension:
+# the `task` result a call may return, and the requests that poll, answer and cancel a task.
+TASKS = "io.modelcontextprotocol/tasks"
+PIECE_INPUT = {"input": "Rotate the API key of the staging service."}
+
+
+class TaskHandle(types.Result):
+    """A call's `resultType: "task"`: the server made a task of it."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"]
+    task_id: str
+    status: str
+    poll_interval_ms: int | None = None
+
+
+class TaskState(types.Result):
+    """What `tasks/get` says of a task."""
+
+    model_config = ConfigDict(extra="allow")
+    task_id: str
+    status: str
+    status_message: str | None = None
+    input_requests: dict | None = None
+    result: dict | None = None
+    error: dict | None = None
+    poll_interval_ms: int | None = None
+
+
+class TaskParams(types.RequestParams):
+    task_id: str
+
+
+class UpdateParams(TaskParams):
+    input_responses: dict
+
+
+class GetTask(types.Request[TaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    name_param = "taskId"
+
+
+class UpdateTask(types.Request[UpdateParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    name_param = "taskId"
+
+
+class CancelTask(types.Request[TaskParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    name_param = "taskId"
+
+
+async def get_task(session, task_id):
+    return await session.send_request(GetTask(params=TaskParams(task_id=task_id)), TaskState)
+
+
+async def update_task(session, task_id, responses):
+    params = UpdateParams(task_id=task_id, input_responses=responses)
+    await session.send_request(UpdateTask(params=params), types.Result)
+
+
+async def poll(session, task_id, until):
+    """Gets the task until `until(state)` holds; the last state."""
+    with anyio.fail_after(120):
+        while True:
+            state = await get_task(session, task_id)
+            if until(state):
+                return state
+            await anyio.sleep((state.poll_interval_ms or 500) / 1000)
+
+
+def ended(state):
+    return state.status in ("completed", "failed", "cancelled")
+
+
+def asks_or_ended(state):
+    return state.status == "input_required" or ended(state)
+
+
+def shown(state):
+    return state.model_dump(by_alias=True, exclude_none=True)
+
+
+class Tasks(ClientExtension):
+    """Declares the tasks extension and finishes a task the way a client would: it polls, asks
+    the person each question the task holds (`answer`) and sends their replies."""
+
+    identifier = TASKS
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def claims(self):
+        return [ResultClaim(result_type="task", model=TaskHandle, resolve=self.resolve)]
+
+    async def resolve(self, handle, ctx):
+        while True:
+            state = await poll(ctx.session, handle.task_id, asks_or_ended)
+            if state.status == "completed":
+                return types.CallToolResult.model_validate(state.result)
+            if ended(state):
+                return types.CallToolResult(
+                    is_error=True, content=[types.TextContent(type="text", text=state.status_message or state.status)]
+                )
+            responses = {key: await self.answer(request) for key, request in state.input_requests.items()}
+            await update_task(ctx.session, handle.task_id, responses)
+
+
+def tasks_client(url, http_client, answer=None):
+    async def never(request):
+        raise AssertionError(f"asked unexpectedly: {request}")
+
+    target = streamable_http_client(url, http_client=http_client)
+    return Client(target, mode="auto", extensions=[Tasks(answer or never)])
+
+
+def approving(asked):
+    async def answer(request):
+        asked.append(request["params"]["message"])
+        return {"action": "accept", "content": {"decision": "approve"}}
+
+    return answer
+
+
+async def pieces():
+    url, token = ARGS
+    seen = {}
+    asked, approve = answering(types.ElicitResult(action="accept", content={"decision": "approve"}))
+    async with over_http(url, token) as http_client:
+        target = streamable_http_client(url, http_client=http_client)
+        async with Client(target, mode=MODE, elicitation_callback=approve) as client:
+            seen["protocol_version"] = client.protocol_version
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            seen["piece"] = {"description": tools["approval"].description, "schema": tools["approval"].input_schema}
+            seen["asked_in_call"] = result(await client.call_tool("approval", PIECE_INPUT))
+            seen["asked_in_call_asked"] = asked
+            try:
+                await client.call_tool("approval", {"text": "no input"})
+            except MCPError as error:
+                seen["bad_arguments"] = refusal(error)
+        target = streamable_http_client(url, http_client=http_client)
+        async with Client(target, mode=MODE) as client:
+            seen["unasked"] = result(await client.call_tool("approval", PIECE_INPUT))
+    return seen
+
+
+async def task_ask():
+    url, token = ARGS
+    async with over_http(url, token) as http_client:
+        async with tasks_client(url, http_client) as client:
+            handle = await client.session.call_tool("approval", PIECE_INPUT, allow_claimed=True)
+            state = await poll(client.session, handle.task_id, asks_or_ended)
+            return {"protocol_version": client.protocol_version, "handle": shown(handle), "asked": shown(state)}
+
+
+async def task_answer():
+    url, token, other_token, task_id = ARGS
+    seen = {}
+    async with over_http(url, other_token) as http_client:
+        async with tasks_client(url, http_client) as client:
+            try:
+                seen["other_caller"] = shown(await get_task(client.session, task_id))
+            except MCPError as error:
+                seen["other_caller"] = refusal(error)
+    async with over_http(url, token) as http_client:
+        async with tasks_client(url, http_client) as client:
+            before = await get_task(client.session, task_id)
+            seen["before"] = shown(before)
+            try:
+                await update_task(client.session, task_id, {"wait-999": {"action": "accept"}})
+            except MCPError as error:
+                seen["wrong_key"] = refusal(error)
+            (key,) = before.input_requests.keys()
+            try:
+                await update_task(client.session, task_id, {key: {"action": "accept", "content": {}}})
+            except MCPError as error:
+                seen["no_decision"] = refusal(error)
+            await update_task(client.session, task_id, {key: {"action": "accept", "content": {"decision": "approve"}}})
+            seen["after"] = shown(await poll(client.session, task_id, ended))
+    return seen
+
+
+async def task_wait():
+    url, token, task_id = ARGS
+    async with over_http(url, token) as http_client:
+        async with tasks_client(url, http_client) as client:
+            return shown(await poll(client.session, task_id, ended))
+
+
+async def task_run():
+    url, token = ARGS
+    seen = {}
+    asked = []
+    async with over_http(url, token) as http_client:
+        async with tasks_client(url, http_client, approving(asked)) as client:
+            seen["ran"] = result(await client.call_tool("approval", PIECE_INPUT))
+            seen["asked"] = asked
+            handle = await client.session.call_tool("approval", PIECE_INPUT, allow_claimed=True)
+            await poll(client.session, handle.task_id, asks_or_ended)
+            await client.session.send_request(CancelTask(params=TaskParams(task_id=handle.task_id)), types.Result)
+            seen["cancelled"] = shown(await poll(client.session, handle.task_id, ended))
+    return seen
+
+
 async def main():
-    scenarios = {"tour": tour, "gate": gate, "http": http, "rounds": rounds, "ask": ask, "answer": answer}
+    scenarios = {
+        "tour": tour, "gate": gate, "http": http, "rounds": rounds, "ask": ask, "answer": answer,
+        "pieces": pieces, "task-ask": task_ask, "task-answer": task_answer, "task-wait": task_wait,
+        "task-run": task_run,
+    }
     print(json.dumps(await scenarios[SCENARIO]()))
 
 
