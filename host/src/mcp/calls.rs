@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
-    ElicitRequestParams, ElicitResult, InputRequest, InputRequiredResult,
+    ElicitResult, InputRequest, InputRequiredResult,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -172,7 +172,10 @@ impl ToolServer {
             return failed(parks::unanswerable(question)).into();
         }
         let state = self.sealer.seal(round, binding);
-        let ask = InputRequest::Elicitation(ElicitRequest::new(form(question)));
+        let ask = InputRequest::Elicitation(ElicitRequest::new(parks::form(
+            &question.message,
+            &question.schema,
+        )));
         InputRequiredResult::new(
             Some(BTreeMap::from([(QUESTION.to_owned(), ask)])),
             Some(state),
@@ -230,19 +233,15 @@ async fn ask_live(cx: &RequestContext<RoleServer>, question: &Question) -> Reply
     if !answers_forms(cx) {
         return Reply::Ended(parks::unanswerable(question));
     }
-    match cx.peer.create_elicitation(form(question)).await {
+    match cx
+        .peer
+        .create_elicitation(parks::form(&question.message, &question.schema))
+        .await
+    {
         Ok(result) => question.reply(&result.action, result.content.as_ref()),
         Err(error) => Reply::Ended(format!(
             "The call waited for a human, and the client could not be asked: {error}"
         )),
-    }
-}
-
-fn form(question: &Question) -> ElicitRequestParams {
-    ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message: question.message.clone(),
-        requested_schema: question.schema.clone(),
     }
 }
 

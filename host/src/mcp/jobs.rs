@@ -24,7 +24,7 @@ use tokio::sync::broadcast;
 
 use super::calls::failed;
 use super::rounds::Caller;
-use super::tasks::{TaskIds, form, task_of, wait_of_key};
+use super::tasks::{TaskIds, task_of, wait_of_key};
 use super::waits::{JobReply, Shown, shown};
 use crate::engine::{Engine, JobState, JobStatus};
 use crate::piece::Piece;
@@ -276,7 +276,14 @@ impl Jobs {
                                 question.message
                             ));
                         };
-                        let reply = match cx.peer.create_elicitation(form(&question)).await {
+                        let reply = match cx
+                            .peer
+                            .create_elicitation(super::parks::form(
+                                &question.message,
+                                &question.schema,
+                            ))
+                            .await
+                        {
                             Ok(result) => question.reply(&result.action, result.content.as_ref()),
                             Err(error) => Err(format!("the client could not be asked: {error}")),
                         };
@@ -451,6 +458,6 @@ fn tool_of(piece: &Piece) -> Tool {
     Tool::new(
         piece.name.value.clone(),
         description,
-        super::tasks::object(schema),
+        super::waits::object(schema),
     )
 }

@@ -7,7 +7,7 @@
 //! only a job can wait for (subtasks, a worker, a review) or that must not pass through the
 //! client (a login's session) is never turned into a question: the call ends, saying why.
 
-use rmcp::model::{ElicitationAction, ElicitationSchema, EnumSchema};
+use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema, EnumSchema};
 use serde_json::Value;
 
 use crate::plugin::{Park, Resume, ToolRequest};
@@ -102,13 +102,7 @@ pub fn unanswerable(question: &Question) -> String {
 impl Question {
     /// What the person's reply (`action`, with the form's `content` when accepted) means.
     pub fn reply(&self, action: &ElicitationAction, content: Option<&Value>) -> Reply {
-        let field = |name: &str| {
-            content
-                .and_then(|content| content.get(name))
-                .and_then(Value::as_str)
-                .map(str::trim)
-                .filter(|text| !text.is_empty())
-        };
+        let field = |name: &str| filled(content, name);
         match (self.kind, action) {
             (Kind::Answer, ElicitationAction::Accept) => match field(ANSWER) {
                 Some(text) => Reply::Resume(Resume::Answered(text.to_owned())),
@@ -129,6 +123,24 @@ impl Question {
             }
             _ => Reply::Ended("Not run on: the user dismissed the question.".to_owned()),
         }
+    }
+}
+
+/// The trimmed text of field `name` of a form's reply, unless it is empty or absent.
+pub fn filled<'a>(content: Option<&'a Value>, name: &str) -> Option<&'a str> {
+    content
+        .and_then(|content| content.get(name))
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|text| !text.is_empty())
+}
+
+/// The form elicitation that asks `message` with the fields of `schema`.
+pub fn form(message: &str, schema: &ElicitationSchema) -> ElicitRequestParams {
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: message.to_owned(),
+        requested_schema: schema.clone(),
     }
 }
 

@@ -11,10 +11,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use hmac::{Hmac, KeyInit, Mac};
 use rmcp::model::{
-    CallToolResult, ContentBlock, DetailedTask, ElicitRequest, ElicitRequestParams, InputRequest,
-    Task, TaskPayload, TaskStatus,
+    CallToolResult, ContentBlock, DetailedTask, ElicitRequest, InputRequest, Task, TaskPayload,
+    TaskStatus,
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::Sha256;
 
 use super::rounds::Caller;
@@ -155,29 +155,16 @@ pub fn task_of(
 
 /// The elicitation that asks `question`.
 pub fn ask(question: &JobQuestion) -> InputRequest {
-    InputRequest::Elicitation(ElicitRequest::new(form(question)))
-}
-
-pub fn form(question: &JobQuestion) -> ElicitRequestParams {
-    ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message: question.message.clone(),
-        requested_schema: question.schema.clone(),
-    }
+    InputRequest::Elicitation(ElicitRequest::new(super::parks::form(
+        &question.message,
+        &question.schema,
+    )))
 }
 
 /// `ms` (Unix) as ISO 8601.
 fn iso(ms: i64) -> String {
     let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_millis(at).to_string()
-}
-
-/// A JSON object, or an empty one.
-pub fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use rmcp::model::{ElicitationAction, ElicitationSchema};
 use serde_json::{Map, Value, json};
 
+use super::parks::filled;
 use crate::engine::{Answer, EngineAnswer, HumanVerdict, JobState, WaitRequest};
 use crate::plugin::Resume;
 
@@ -76,7 +77,7 @@ const INSTRUCTION: &str = "instruction";
 pub fn shown(job: &JobState, page: &str) -> Option<Shown> {
     let wait = job.wait.as_ref()?;
     let form = |message: String, schema: Value, kind: Kind| {
-        let schema = ElicitationSchema::from_json_schema(as_object(schema))
+        let schema = ElicitationSchema::from_json_schema(object(schema))
             .expect("the forms below are valid elicitation schemas");
         Shown::Form(JobQuestion {
             wait: wait.id,
@@ -232,13 +233,7 @@ impl JobQuestion {
         action: &ElicitationAction,
         content: Option<&Value>,
     ) -> Result<JobReply, String> {
-        let field = |name: &str| {
-            content
-                .and_then(|content| content.get(name))
-                .and_then(Value::as_str)
-                .map(str::trim)
-                .filter(|text| !text.is_empty())
-        };
+        let field = |name: &str| filled(content, name);
         let required = |name: &str| {
             field(name)
                 .map(str::to_owned)
@@ -385,10 +380,11 @@ fn text_form(name: &str) -> Value {
     })
 }
 
-fn as_object(value: Value) -> Map<String, Value> {
+/// The fields of a JSON object built above.
+pub(super) fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
-        _ => unreachable!("every form is an object"),
+        _ => unreachable!("every schema built here is an object"),
     }
 }
 
