@@ -1,4 +1,5 @@
-//! `/mcp` of a real `maestro serve`, driven by the official MCP Python SDK over streamable HTTP:
+//! `/mcp` of a real `maestro serve`, driven by the official MCP Python SDK (and the TypeScript
+//! SDK, a client of 2025-11-25) over streamable HTTP:
 //! only with a token and from the server's own origin; the tools listed and called by a client
 //! of revision 2025-11-25 and one of 2026-07-28, a tool request answered through elicitation on
 //! the session's stream or as an `input_required` result; a plugin installed while the clients
@@ -13,9 +14,9 @@ mod common;
 mod serve_support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
+use common::McpSdk;
 use reqwest::Method;
 use serde_json::{Value, json};
 use serve_support::{APPROVAL_SCRIPT, ServerFolder, TOKEN, TestServer, approval_piece};
@@ -59,7 +60,8 @@ async fn the_python_sdk_uses_the_tools_over_http_and_hears_of_a_plugin_installed
     let mut clients: Vec<_> = ["legacy", "auto"]
         .into_iter()
         .map(|mode| {
-            let mut client = python(&["http", mode, &server.url("/mcp"), TOKEN])
+            let mut client = McpSdk::Python
+                .command(&["http", mode, &server.url("/mcp"), TOKEN])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -140,27 +142,22 @@ fn check_http_client(seen: &Value) {
     );
 }
 
-/// The Python client running `args`.
-fn python(args: &[&str]) -> Command {
-    let mut command = Command::new(common::toolchain("mcp/bin/python"));
-    common::isolate(&mut command);
-    command
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py"))
-        .args(args);
-    command
-}
-
-/// Runs the Python client to its end; what it saw.
-fn run_python(args: &[&str], server: &TestServer) -> Value {
-    let output = python(args).output().unwrap();
+/// Runs `sdk`'s client on `args` to its end; what it saw.
+fn run_client(sdk: McpSdk, args: &[&str], server: &TestServer) -> Value {
+    let output = sdk.command(args).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "the client failed:\n{stdout}\n{}\n{}",
+        "the {sdk:?} client failed:\n{stdout}\n{}\n{}",
         String::from_utf8_lossy(&output.stderr),
         server.log()
     );
     serde_json::from_str(stdout.trim()).unwrap()
+}
+
+/// Runs the Python client on `args` to its end; what it saw.
+fn run_python(args: &[&str], server: &TestServer) -> Value {
+    run_client(McpSdk::Python, args, server)
 }
 
 /// A server of the approval piece whose API takes two tokens: [`TOKEN`] and this one.
@@ -311,25 +308,75 @@ async fn a_piece_called_without_tasks_is_asked_in_the_call_or_says_where_its_job
             // 2026-07-28 forbids it: without tasks the call says where the job waits.
             assert_eq!(seen["asked_in_call"]["is_error"], true, "{seen}");
         }
-        // A client that cannot be asked is told where the job waits, and the job waits there.
-        let told = seen["unasked"]["text"].as_str().unwrap();
-        assert!(told.contains("waits for a person"), "{mode}: {told}");
-        let page = told
-            .split_whitespace()
-            .find(|word| word.contains("/jobs/job-"))
-            .unwrap_or_else(|| panic!("no page in {told}"));
-        let job = page
-            .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
-            .rsplit('/')
-            .next()
-            .unwrap();
-        let shown = server.get(&format!("/v1/jobs/{job}")).await;
-        assert_eq!(shown["status"], "waiting_human", "{mode}: {shown}");
-        assert!(
-            told.contains(&server.url(&format!("/jobs/{job}"))),
-            "{told}"
-        );
+        check_unasked_piece(&seen, &server).await;
     }
+}
+
+/// What a client that cannot be asked saw of the piece: where its job waits, which it does.
+async fn check_unasked_piece(seen: &Value, server: &TestServer) {
+    let told = seen["unasked"]["text"].as_str().unwrap();
+    assert!(told.contains("waits for a person"), "{told}");
+    let page = told
+        .split_whitespace()
+        .find(|word| word.contains("/jobs/job-"))
+        .unwrap_or_else(|| panic!("no page in {told}"));
+    let job = page
+        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+        .rsplit('/')
+        .next()
+        .unwrap();
+    let shown = server.get(&format!("/v1/jobs/{job}")).await;
+    assert_eq!(shown["status"], "waiting_human", "{shown}");
+    assert!(
+        told.contains(&server.url(&format!("/jobs/{job}"))),
+        "{told}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_calls_tools_and_pieces_over_http_and_answers_their_questions_in_the_call()
+ {
+    let server = two_token_server();
+    let seen = tokio::task::block_in_place(|| {
+        run_client(
+            McpSdk::TypeScript,
+            &["http", &server.url("/mcp"), TOKEN],
+            &server,
+        )
+    });
+    assert_eq!(seen["protocol_version"], "2025-11-25", "{seen}");
+    let tools = seen["tools"].as_array().unwrap();
+    for tool in [
+        "BrowseWeb",
+        "RequestTool",
+        "WaitSubTask",
+        "complete",
+        "approval",
+    ] {
+        assert!(tools.contains(&json!(tool)), "{tool} in {tools:?}");
+    }
+    assert_eq!(seen["piece"]["schema"]["required"], json!(["input"]));
+    // The tool request, asked on the session's stream with its exact arguments.
+    let message = seen["approved_asked"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#"{"revoke_old_after_minutes":60,"service":"staging"}"#),
+        "{message}"
+    );
+    let approved: Value = serde_json::from_str(seen["approved"]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(approved["decision"], "approved", "{seen}");
+    let declined: Value = serde_json::from_str(seen["declined"]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(declined["decision"], "denied", "{seen}");
+    // The piece's job asks its question in the middle of the call, and the answer ends it.
+    assert_eq!(
+        seen["asked_in_call"],
+        json!({ "is_error": false, "text": APPROVED }),
+        "{seen}"
+    );
+    let asked = seen["asked_in_call_asked"][0]["message"].as_str().unwrap();
+    assert!(asked.contains("RotateKey"), "{asked}");
+    let bad = seen["bad_arguments"]["message"].as_str().unwrap();
+    assert!(bad.contains("no argument `text`"), "{bad}");
+    check_unasked_piece(&seen, &server).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

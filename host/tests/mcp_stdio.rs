@@ -1,8 +1,9 @@
-//! `maestro mcp` on stdio, driven by a client nobody here wrote: the official MCP Python SDK
+//! `maestro mcp` on stdio, driven by clients nobody here wrote: the official MCP Python SDK
 //! (`mcp` from PyPI; `.ci/install` puts it under the target dir), running
 //! `host/tests/mcp/client.py`, as a client of revision 2025-11-25 (asked in the middle of a
 //! call) and of 2026-07-28 (sent the question as a result, with a sealed state to call again
-//! with). It lists the first-party tools with their schemas, calls a tool, gets a tool's failure
+//! with); and the official TypeScript SDK (`@modelcontextprotocol/sdk` from npm), running
+//! `host/tests/mcp/typescript/client.mjs` as a client of 2025-11-25. Each lists the first-party tools with their schemas, calls a tool, gets a tool's failure
 //! as a result the model can read, answers a question and a tool request (approved, then
 //! declined), sees a park come back as a plain result to a client that cannot be asked, holds
 //! the operator's approval gate, and refuses a state answered twice, altered or sent with other
@@ -11,18 +12,15 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
+use common::McpSdk;
 use serde_json::{Value, json};
 
-/// Runs the Python client's `scenario` against `maestro mcp` on `plugins`, with `extra`
-/// arguments for maestro; what the client saw.
-fn client(plugins: &Path, scenario: &[&str], extra: &[&str]) -> Value {
-    let mut command = Command::new(common::toolchain("mcp/bin/python"));
-    common::isolate(&mut command);
-    let output = command
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py"))
-        .args(scenario)
+/// Runs `sdk`'s `scenario` against `maestro mcp` on `plugins`, with `extra` arguments for
+/// maestro; what the client saw.
+fn client(sdk: McpSdk, plugins: &Path, scenario: &[&str], extra: &[&str]) -> Value {
+    let output = sdk
+        .command(scenario)
         .arg(env!("CARGO_BIN_EXE_maestro"))
         .arg(plugins)
         .args(extra)
@@ -32,7 +30,7 @@ fn client(plugins: &Path, scenario: &[&str], extra: &[&str]) -> Value {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "the client failed ({}):\n{stdout}\n{stderr}",
+        "the {sdk:?} client failed ({}):\n{stdout}\n{stderr}",
         output.status
     );
     serde_json::from_str(stdout.trim())
@@ -59,7 +57,15 @@ fn text(result: &Value) -> &str {
 #[test]
 fn the_python_sdk_lists_calls_and_answers_parks_in_the_middle_of_a_call_on_2025_11_25() {
     let plugins = plugins();
-    let seen = client(plugins.path(), &["tour", "legacy"], &[]);
+    let seen = client(McpSdk::Python, plugins.path(), &["tour", "legacy"], &[]);
+    assert_eq!(seen["protocol_version"], "2025-11-25");
+    check_tour(&seen);
+}
+
+#[test]
+fn the_typescript_sdk_lists_calls_and_answers_parks_in_the_middle_of_a_call() {
+    let plugins = plugins();
+    let seen = client(McpSdk::TypeScript, plugins.path(), &["tour"], &[]);
     assert_eq!(seen["protocol_version"], "2025-11-25");
     check_tour(&seen);
 }
@@ -68,7 +74,7 @@ fn the_python_sdk_lists_calls_and_answers_parks_in_the_middle_of_a_call_on_2025_
 fn the_python_sdk_lists_calls_and_answers_parks_as_input_required_on_2026_07_28() {
     let plugins = plugins();
     // The client probes `server/discover` and adopts the newest revision the server offers.
-    let seen = client(plugins.path(), &["tour", "auto"], &[]);
+    let seen = client(McpSdk::Python, plugins.path(), &["tour", "auto"], &[]);
     assert_eq!(seen["protocol_version"], "2026-07-28");
     check_tour(&seen);
 }
@@ -143,13 +149,19 @@ fn check_tour(seen: &Value) {
 
 #[test]
 fn the_operators_approval_gate_holds_a_call_until_the_client_approves_it() {
-    for mode in ["legacy", "auto"] {
+    let clients = [
+        (McpSdk::Python, &["gate", "legacy"][..]),
+        (McpSdk::Python, &["gate", "auto"]),
+        (McpSdk::TypeScript, &["gate"]),
+    ];
+    for (sdk, scenario) in clients {
         let plugins = plugins();
         let policy = plugins.path().join("policy.toml");
         std::fs::write(&policy, "[plugins.echo]\nrequire_approval = true\n").unwrap();
         let seen = client(
+            sdk,
             plugins.path(),
-            &["gate", mode],
+            scenario,
             &["--policy", policy.to_str().unwrap()],
         );
         check_gate(&seen);
@@ -174,7 +186,7 @@ fn check_gate(seen: &Value) {
 #[test]
 fn a_2026_state_is_answered_once_and_never_altered_or_moved_to_other_arguments() {
     let plugins = plugins();
-    let seen = client(plugins.path(), &["rounds"], &[]);
+    let seen = client(McpSdk::Python, plugins.path(), &["rounds"], &[]);
     assert_eq!(seen["protocol_version"], "2026-07-28");
     // The tool request comes back as one question, with the exact arguments.
     assert_eq!(seen["questions"], json!(["question"]));

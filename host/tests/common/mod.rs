@@ -41,3 +41,43 @@ pub fn toolchain(relative: &str) -> PathBuf {
     );
     path
 }
+
+/// An official MCP SDK as a client of maestro, nobody here wrote it: its scenarios are
+/// `host/tests/mcp/client.py` (PyPI `mcp`, under the target dir) and
+/// `host/tests/mcp/typescript/client.mjs` (npm `@modelcontextprotocol/sdk`, in its
+/// `node_modules`), which print what the client saw in one shape.
+#[derive(Clone, Copy, Debug)]
+pub enum McpSdk {
+    Python,
+    TypeScript,
+}
+
+impl McpSdk {
+    /// The client running `args` (a scenario and its arguments).
+    pub fn command(self, args: &[&str]) -> Command {
+        let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp");
+        let mut command = match self {
+            McpSdk::Python => {
+                let mut command = Command::new(toolchain("mcp/bin/python"));
+                command.arg(tests.join("client.py"));
+                command
+            }
+            McpSdk::TypeScript => {
+                let client = tests.join("typescript");
+                assert!(
+                    client
+                        .join("node_modules/@modelcontextprotocol/sdk")
+                        .exists(),
+                    "{}/node_modules is missing: run .ci/install",
+                    client.display()
+                );
+                let mut command = Command::new("node");
+                command.arg(client.join("client.mjs"));
+                command
+            }
+        };
+        isolate(&mut command);
+        command.args(args);
+        command
+    }
+}
