@@ -227,6 +227,13 @@ pub(super) fn answers_forms(cx: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|elicitation| elicitation.form.is_some() || elicitation.url.is_none())
 }
 
+/// Whether the client declared it opens links (URL elicitations).
+pub(super) fn opens_links(cx: &RequestContext<RoleServer>) -> bool {
+    cx.client_capabilities()
+        .and_then(|capabilities| capabilities.elicitation)
+        .is_some_and(|elicitation| elicitation.url.is_some())
+}
+
 /// Asks the person at the client `question` in the middle of the call, if the client can be
 /// asked.
 async fn ask_live(cx: &RequestContext<RoleServer>, question: &Question) -> Reply {

@@ -1,21 +1,22 @@
 //! The pieces offered as tools. A call starts a job of the piece (the call's `input` and intake
 //! values become the job's, the job's result the call's): a client of the tasks extension gets
 //! the job as a task at once; another client's call follows the job to its end, asking its
-//! questions in the middle of the call where the client's revision allows it, and otherwise
-//! ends saying what the job waits for and where to answer it.
+//! questions in the middle of the call where the client's revision allows it (a login as a link
+//! to the job's card in the inbox), and otherwise ends saying what the job waits for and where
+//! to answer it.
 //!
 //! Invariant: a job is created in the store before the client hears of it, so a task the client
 //! holds always has its job. This layer never runs a job (the process's runners do, woken by
 //! `changed`) and answers one only through the store's `answer`, as the inbox does. A call
 //! that follows a job never waits longer than [`FOLLOW_FOR`].
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
     CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult, DetailedTask, ElicitResult,
-    GetTaskParams, Tool, UpdateTaskParams,
+    ElicitationAction, GetTaskParams, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -25,7 +26,7 @@ use tokio::sync::broadcast;
 use super::calls::failed;
 use super::rounds::Caller;
 use super::tasks::{TaskIds, task_of, wait_of_key};
-use super::waits::{JobReply, Shown, shown};
+use super::waits::{JobLogin, JobPages, JobReply, Shown, shown};
 use crate::engine::{Engine, JobState, JobStatus};
 use crate::piece::Piece;
 use crate::store::{JobStore, StoreError, new_job_id};
@@ -35,6 +36,9 @@ pub const FOLLOW_FOR: Duration = Duration::from_secs(60);
 
 /// How often a followed job is read again when no save of it was heard.
 const REREAD_EVERY: Duration = Duration::from_secs(1);
+
+/// How many opened logins a process remembers (see [`Jobs::logins_opened`]).
+const MAX_LOGINS_REMEMBERED: usize = 4096;
 
 /// The argument that carries a job's input.
 const INPUT: &str = "input";
@@ -50,6 +54,10 @@ pub struct Jobs {
     /// The ids of the jobs saved, as the process hears of them.
     saves: broadcast::Sender<String>,
     ids: TaskIds,
+    /// The logins (job, wait) whose page a client opened, so it is not sent there again: a
+    /// client that opened it waits for the login to be done there. Kept by this process only:
+    /// after a restart, or on another node, a client is sent to the page once more.
+    logins_opened: Mutex<HashSet<(String, u32)>>,
 }
 
 impl Jobs {
@@ -69,6 +77,7 @@ impl Jobs {
             changed,
             saves: broadcast::channel(256).0,
             ids: TaskIds::new(key),
+            logins_opened: Mutex::default(),
         })
     }
 
@@ -158,9 +167,9 @@ impl Jobs {
         &self,
         job: &str,
         caller: &Caller,
-        page: &str,
+        pages: &JobPages,
     ) -> Result<CreateTaskResult, ErrorData> {
-        let detailed = self.detailed(job, &self.ids.id(job, caller), page).await?;
+        let detailed = self.detailed(job, &self.ids.id(job, caller), pages).await?;
         Ok(CreateTaskResult::new(detailed.task))
     }
 
@@ -168,10 +177,10 @@ impl Jobs {
         &self,
         params: GetTaskParams,
         caller: &Caller,
-        page: impl Fn(&str) -> String,
+        pages: impl Fn(&str) -> JobPages,
     ) -> Result<DetailedTask, ErrorData> {
         let job = self.open(&params.task_id, caller)?;
-        self.detailed(&job, &params.task_id, &page(&job)).await
+        self.detailed(&job, &params.task_id, &pages(&job)).await
     }
 
     /// Answers the task's open wait with the client's responses.
@@ -197,13 +206,20 @@ impl Jobs {
                 )
             })?;
             let (state, _) = self.load(&job).await?;
-            let question = match state
+            // Any address will do: the reply is checked against the wait, not the page.
+            let pages = JobPages::new(Some(String::new()), &job);
+            let reply = match state
                 .wait
                 .as_ref()
                 .filter(|open| open.id == wait)
-                .and_then(|_| shown(&state, ""))
+                .and_then(|_| shown(&state, &pages))
             {
-                Some(Shown::Form(question)) => question,
+                Some(Shown::Form(question)) => question
+                    .reply(&response.action, response.content.as_ref())
+                    .map_err(|why| {
+                        ErrorData::invalid_params(format!("inputResponses.{key}: {why}"), None)
+                    })?,
+                Some(Shown::Login(login)) => self.opened(&job, &login, &response.action),
                 _ => {
                     return Err(ErrorData::invalid_params(
                         format!(
@@ -213,11 +229,6 @@ impl Jobs {
                     ));
                 }
             };
-            let reply = question
-                .reply(&response.action, response.content.as_ref())
-                .map_err(|why| {
-                    ErrorData::invalid_params(format!("inputResponses.{key}: {why}"), None)
-                })?;
             self.apply(&job, wait, reply).await.map_err(|why| {
                 ErrorData::invalid_params(format!("inputResponses.{key}: {why}"), None)
             })?;
@@ -240,7 +251,7 @@ impl Jobs {
     pub async fn follow(
         &self,
         job: &str,
-        page: &str,
+        page: &JobPages,
         cx: Option<&RequestContext<RoleServer>>,
     ) -> CallToolResult {
         let deadline = tokio::time::Instant::now() + FOLLOW_FOR;
@@ -300,6 +311,11 @@ impl Jobs {
                         }
                         continue;
                     }
+                    Some(Shown::Login(login)) => {
+                        if let Err(ended) = self.send_to_login(job, &login, cx).await {
+                            return ended;
+                        }
+                    }
                     Some(Shown::Status(what)) if is_login(&state) => {
                         return failed(format!("Job {job}: {what}"));
                     }
@@ -334,6 +350,77 @@ impl Jobs {
         }
     }
 
+    /// Sends the person at the client to the page of the login `login` of `job`, unless a
+    /// client opened it already; `Err` is the call's result when the call cannot go on.
+    async fn send_to_login(
+        &self,
+        job: &str,
+        login: &JobLogin,
+        cx: Option<&RequestContext<RoleServer>>,
+    ) -> Result<(), CallToolResult> {
+        if self.was_opened(job, login.wait) {
+            return Ok(());
+        }
+        let ends_here = |why: &str| {
+            failed(format!(
+                "Job {job} waits for a person to log in: {}\n\n{why}, so the call ends here and \
+                 the job waits: log in on its page ({}).",
+                login.message, login.url
+            ))
+        };
+        let Some(cx) = cx.filter(|cx| super::calls::opens_links(cx)) else {
+            return Err(ends_here(
+                "This MCP client cannot be sent to a page in the middle of a call",
+            ));
+        };
+        let action = match cx.peer.create_elicitation(login.link()).await {
+            Ok(result) => result.action,
+            Err(error) => {
+                return Err(ends_here(&format!(
+                    "The client could not be asked ({error})"
+                )));
+            }
+        };
+        match self.opened(job, login, &action) {
+            JobReply::Dismissed if self.was_opened(job, login.wait) => Ok(()),
+            JobReply::Dismissed => Err(ends_here("The person dismissed the link")),
+            reply => match self.apply(job, login.wait, reply).await {
+                Ok(()) => Ok(()),
+                Err(why) => Err(ends_here(&format!("The reply was not taken ({why})"))),
+            },
+        }
+    }
+
+    /// What the person's `action` on the link of `login` does, remembering a link they opened.
+    fn opened(&self, job: &str, login: &JobLogin, action: &ElicitationAction) -> JobReply {
+        if *action == ElicitationAction::Accept {
+            let mut opened = self.logins_opened.lock().unwrap_or_else(|e| e.into_inner());
+            // A bound on what a process remembers: forgetting only sends a client to a page
+            // once more.
+            if opened.len() >= MAX_LOGINS_REMEMBERED {
+                opened.clear();
+            }
+            opened.insert((job.to_owned(), login.wait));
+        }
+        login.reply(action)
+    }
+
+    /// Forgets the opened logins of `job` that it no longer waits for.
+    fn forget_passed_logins(&self, job: &str, state: &JobState) {
+        let current = state.wait.as_ref().map(|wait| wait.id);
+        self.logins_opened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(opened, wait)| opened != job || Some(*wait) == current);
+    }
+
+    fn was_opened(&self, job: &str, wait: u32) -> bool {
+        self.logins_opened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(job.to_owned(), wait))
+    }
+
     /// Applies a person's reply to wait `wait` of `job`.
     async fn apply(&self, job: &str, wait: u32, reply: JobReply) -> Result<(), String> {
         match reply {
@@ -366,7 +453,7 @@ impl Jobs {
         &self,
         job: &str,
         task_id: &str,
-        page: &str,
+        pages: &JobPages,
     ) -> Result<DetailedTask, ErrorData> {
         let store = self.store.clone();
         let id = job.to_owned();
@@ -378,25 +465,32 @@ impl Jobs {
             ErrorData::internal_error(format!("a store read failed: {error}"), None)
         })?;
         let ((state, status), row) = read.map_err(store_error)?;
+        self.forget_passed_logins(job, &state);
+        let login_opened = state
+            .wait
+            .as_ref()
+            .is_some_and(|wait| self.was_opened(job, wait.id));
         Ok(task_of(
             task_id,
             &state,
             status,
-            row.created_at_ms,
-            row.updated_at_ms,
-            page,
+            (row.created_at_ms, row.updated_at_ms),
+            pages,
+            login_opened,
         ))
     }
 
     async fn load(&self, job: &str) -> Result<(JobState, JobStatus), ErrorData> {
         let store = self.store.clone();
         let id = job.to_owned();
-        tokio::task::spawn_blocking(move || store.load(&id))
+        let (state, status) = tokio::task::spawn_blocking(move || store.load(&id))
             .await
             .map_err(|error| {
                 ErrorData::internal_error(format!("a store read failed: {error}"), None)
             })?
-            .map_err(store_error)
+            .map_err(store_error)?;
+        self.forget_passed_logins(job, &state);
+        Ok((state, status))
     }
 }
 

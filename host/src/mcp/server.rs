@@ -21,6 +21,7 @@ use tokio::sync::broadcast;
 
 use super::jobs::Jobs;
 use super::rounds::{Caller, Sealer};
+use super::waits::JobPages;
 use crate::engine::CatalogSlot;
 use crate::plugin::Plugin;
 use crate::worker::Versions;
@@ -279,17 +280,16 @@ impl ToolServer {
     }
 }
 
-/// Where a person settles what job `job` waits for: its page on this server, at the address
-/// the request came to (the guard let only this server's own `Host` through), or its id.
-fn page_of(cx: &RequestContext<RoleServer>, job: &str) -> String {
-    cx.extensions
+/// Where a person settles what job `job` waits for: pages of this server, at the address the
+/// request came to (the guard let only this server's own `Host` through), or only its id.
+fn page_of(cx: &RequestContext<RoleServer>, job: &str) -> JobPages {
+    let server = cx
+        .extensions
         .get::<http::request::Parts>()
         .and_then(|parts| parts.headers.get(http::header::HOST))
         .and_then(|host| host.to_str().ok())
-        .map_or_else(
-            || format!("job {job}"),
-            |host| format!("http://{host}/jobs/{job}"),
-        )
+        .map(|host| format!("http://{host}"));
+    JobPages::new(server, job)
 }
 
 /// Who makes the request: whom the HTTP layer identified, else the client of the connection.

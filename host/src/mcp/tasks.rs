@@ -18,7 +18,7 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use super::rounds::Caller;
-use super::waits::{JobQuestion, Shown, shown};
+use super::waits::{JobPages, JobQuestion, Shown, shown};
 use crate::engine::{JobState, JobStatus};
 
 /// The name of the key of task ids among the store's secrets.
@@ -85,14 +85,15 @@ pub fn wait_of_key(key: &str) -> Option<u32> {
 }
 
 /// The task `task_id` as its job stands: `status`, the job, when it was created and last
-/// saved (Unix ms); `page` is where a person settles what the client cannot.
+/// saved (Unix ms); `pages` are where a person settles what the client cannot;
+/// `login_opened` says the client already opened the link of the login the job waits for.
 pub fn task_of(
     task_id: &str,
     job: &JobState,
     status: JobStatus,
-    created_ms: i64,
-    updated_ms: i64,
-    page: &str,
+    (created_ms, updated_ms): (i64, i64),
+    pages: &JobPages,
+    login_opened: bool,
 ) -> DetailedTask {
     let task = Task::new(
         task_id,
@@ -116,7 +117,7 @@ pub fn task_of(
             )),
             TaskPayload::Working,
         ),
-        JobStatus::WaitingHuman | JobStatus::WaitingSubtasks => match shown(job, page) {
+        JobStatus::WaitingHuman | JobStatus::WaitingSubtasks => match shown(job, pages) {
             Some(Shown::Form(question)) => (
                 Some(format!(
                     "Job {} waits for an answer: {}",
@@ -124,6 +125,27 @@ pub fn task_of(
                 )),
                 TaskPayload::InputRequired {
                     input_requests: [(input_key(question.wait), ask(&question))].into(),
+                },
+            ),
+            // Once its link is open, the login is done on the page, not at the client.
+            Some(Shown::Login(login)) if login_opened => (
+                Some(format!(
+                    "Job {} waits for the login on its page ({}).",
+                    job.id, login.url
+                )),
+                TaskPayload::Working,
+            ),
+            Some(Shown::Login(login)) => (
+                Some(format!(
+                    "Job {} waits for a login: {}",
+                    job.id, login.message
+                )),
+                TaskPayload::InputRequired {
+                    input_requests: [(
+                        input_key(login.wait),
+                        InputRequest::Elicitation(ElicitRequest::new(login.link())),
+                    )]
+                    .into(),
                 },
             ),
             Some(Shown::Status(what)) => (Some(what), TaskPayload::Working),
@@ -191,15 +213,12 @@ mod tests {
         assert_eq!(ids.open("job-1", &caller), None);
     }
 
+    fn pages() -> JobPages {
+        JobPages::new(Some("http://h".into()), "job-1")
+    }
+
     fn task(job: &JobState, status: JobStatus) -> Value {
-        let task = task_of(
-            "job-1.tag",
-            job,
-            status,
-            1_000,
-            2_000,
-            "http://h/jobs/job-1",
-        );
+        let task = task_of("job-1.tag", job, status, (1_000, 2_000), &pages(), false);
         serde_json::to_value(task).unwrap()
     }
 
@@ -220,7 +239,7 @@ mod tests {
             },
             resume: ResumePoint::EnterMovement,
         });
-        let asked = task_of("t", &job, JobStatus::WaitingHuman, 0, 0, "p");
+        let asked = task_of("t", &job, JobStatus::WaitingHuman, (0, 0), &pages(), false);
         let TaskPayload::InputRequired { input_requests } = &asked.payload else {
             panic!("{asked:?}");
         };
@@ -233,6 +252,28 @@ mod tests {
                 .contains("Which city?")
         );
         assert_eq!(wait_of_key("wait-4"), Some(4));
+
+        // A login asks the client to open the job's card in the inbox, once.
+        job.wait.as_mut().unwrap().request = WaitRequest::BrowserLogin {
+            url: "https://example.test/login".into(),
+            reason: "the site needs a login".into(),
+        };
+        let login = task(&job, JobStatus::WaitingHuman);
+        assert_eq!(login["status"], "input_required");
+        let link = &login["inputRequests"]["wait-4"];
+        assert_eq!(link["method"], "elicitation/create", "{link}");
+        assert_eq!(link["params"]["mode"], "url", "{link}");
+        assert_eq!(link["params"]["url"], "http://h/#job-job-1", "{link}");
+        let opened = task_of("t", &job, JobStatus::WaitingHuman, (0, 0), &pages(), true);
+        let opened = serde_json::to_value(opened).unwrap();
+        assert_eq!(opened["status"], "working");
+        assert!(
+            opened["statusMessage"]
+                .as_str()
+                .unwrap()
+                .contains("http://h/#job-job-1"),
+            "{opened}"
+        );
 
         job.wait.as_mut().unwrap().request = WaitRequest::Subtasks {
             job_ids: vec!["job-2".into()],

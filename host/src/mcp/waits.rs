@@ -2,28 +2,100 @@
 //! answers it with. Pure: no I/O, no protocol session.
 //!
 //! Invariant: every wait a human answers is shown as a form whose reply becomes an answer the
-//! store checks as it checks the inbox's (`WaitRequest::accepts`); a wait that only the job's
-//! children or a browser can settle (subtasks, a worker, a login) is never a form, only a
-//! status that says what it waits for and where to settle it. Only an explicit `approve`
-//! approves; a decline denies an approval and otherwise gives up the job; a dismissal answers
-//! nothing and leaves the job waiting.
+//! store checks as it checks the inbox's (`WaitRequest::accepts`); a browser login is a link to
+//! the job's card in the server's inbox, which shows the site's login link and takes the
+//! session, so a session never passes through the client; a wait that only the job's children
+//! can settle (subtasks, a worker) is never asked, only a status that says what it waits for.
+//! Only an explicit `approve` approves; a decline denies an approval and otherwise gives up the
+//! job; a dismissal answers nothing and leaves the job waiting.
 
 use std::collections::BTreeMap;
 
-use rmcp::model::{ElicitationAction, ElicitationSchema};
+use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
 use serde_json::{Map, Value, json};
 
 use super::parks::filled;
 use crate::engine::{Answer, EngineAnswer, HumanVerdict, JobState, WaitRequest};
 use crate::plugin::Resume;
 
+/// Where a person settles a job's wait outside the MCP client: pages of `maestro serve`, at the
+/// address the client's request came to, or only the job's id when it came some other way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPages {
+    server: Option<String>,
+    job: String,
+}
+
+impl JobPages {
+    /// The pages of `job` on the server at `server` (`http://host:port`), if known.
+    pub fn new(server: Option<String>, job: &str) -> Self {
+        Self {
+            server,
+            job: job.to_owned(),
+        }
+    }
+
+    /// The job's card in the inbox (the server's front page), which takes a browser login's
+    /// session.
+    pub fn login(&self) -> Option<String> {
+        let server = self.server.as_ref()?;
+        Some(format!("{server}/#job-{}", self.job))
+    }
+}
+
+/// The job's page, or the job when there is no address.
+impl std::fmt::Display for JobPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.server {
+            Some(server) => write!(f, "{server}/jobs/{}", self.job),
+            None => write!(f, "job {}", self.job),
+        }
+    }
+}
+
 /// How a job's wait shows at the client.
 #[derive(Debug, Clone)]
 pub enum Shown {
     /// A form for the person at the client.
     Form(JobQuestion),
+    /// A browser login, done on a page of the server the client sends the person to.
+    Login(JobLogin),
     /// Nothing the client can answer: what the job waits for, and where it is settled.
     Status(String),
+}
+
+/// The browser login the wait `wait` of a job waits for: `url` is the page of the server where
+/// the person logs in (a URL elicitation's `url`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLogin {
+    pub wait: u32,
+    pub message: String,
+    pub url: String,
+    /// Names this login among the client's URL elicitations.
+    pub elicitation_id: String,
+}
+
+impl JobLogin {
+    /// The URL elicitation that sends the person to the page.
+    pub fn link(&self) -> ElicitRequestParams {
+        ElicitRequestParams::UrlElicitationParams {
+            meta: None,
+            message: self.message.clone(),
+            url: self.url.clone(),
+            elicitation_id: self.elicitation_id.clone(),
+        }
+    }
+
+    /// What the person's reply to the link does: a decline gives the job up; opening the page
+    /// (or dismissing the link) answers nothing, since the session comes by the page.
+    pub fn reply(&self, action: &ElicitationAction) -> JobReply {
+        match action {
+            ElicitationAction::Decline => {
+                JobReply::GiveUp("the user declined to log in at the MCP client".to_owned())
+            }
+            _ => JobReply::Dismissed,
+        }
+    }
 }
 
 /// A form that answers the wait `wait` of a job.
@@ -72,9 +144,9 @@ const VERDICT: &str = "verdict";
 const NOTE: &str = "note";
 const INSTRUCTION: &str = "instruction";
 
-/// How the wait of `job` shows at the client; `None` when the job does not wait. `page` is
-/// where a person settles what the client cannot (the job's page, or its id).
-pub fn shown(job: &JobState, page: &str) -> Option<Shown> {
+/// How the wait of `job` shows at the client; `None` when the job does not wait. `pages` are
+/// where a person settles what the client cannot.
+pub fn shown(job: &JobState, pages: &JobPages) -> Option<Shown> {
     let wait = job.wait.as_ref()?;
     let form = |message: String, schema: Value, kind: Kind| {
         let schema = ElicitationSchema::from_json_schema(object(schema))
@@ -209,11 +281,23 @@ pub fn shown(job: &JobState, page: &str) -> Option<Shown> {
             text_form(INSTRUCTION),
             Kind::Instruction(artifact_id.clone()),
         ),
-        WaitRequest::BrowserLogin { url, reason } => Shown::Status(format!(
-            "The job waits for a browser login at {url} ({reason}). A login's session never \
-             passes through an MCP client: log in from the job's card in the inbox of maestro \
-             serve ({page})."
-        )),
+        WaitRequest::BrowserLogin { url, reason } => match pages.login() {
+            Some(page) => Shown::Login(JobLogin {
+                wait: wait.id,
+                message: format!(
+                    "The job needs a browser login at {url}. {reason}\n\nOpen maestro's page \
+                     for the job: it shows the site's login link and takes the session, which \
+                     never passes through this client or the model."
+                ),
+                url: page,
+                elicitation_id: format!("{}/wait-{}", job.id, wait.id),
+            }),
+            None => Shown::Status(format!(
+                "The job waits for a browser login at {url} ({reason}). A login's session never \
+                 passes through an MCP client: log in from the job's card in the inbox of \
+                 maestro serve ({pages})."
+            )),
+        },
         WaitRequest::Subtasks { job_ids } => Shown::Status(format!(
             "The job waits for its {} subtasks to end: {}.",
             job_ids.len(),

@@ -17,8 +17,12 @@ fn waiting(request: WaitRequest) -> JobState {
     job
 }
 
+fn pages() -> JobPages {
+    JobPages::new(Some("http://127.0.0.1:1".into()), "job-1")
+}
+
 fn form_of(request: WaitRequest) -> JobQuestion {
-    match shown(&waiting(request), "http://127.0.0.1:1/jobs/job-1") {
+    match shown(&waiting(request), &pages()) {
         Some(Shown::Form(question)) => question,
         other => panic!("not a form: {other:?}"),
     }
@@ -192,19 +196,40 @@ fn a_reply_that_does_not_fit_names_its_field_and_a_decline_gives_up_a_question()
 }
 
 #[test]
-fn a_wait_for_children_or_a_browser_is_a_status_never_a_form() {
-    let page = "http://127.0.0.1:1/jobs/job-1";
+fn a_browser_login_is_a_link_to_the_jobs_card_in_the_inbox_never_a_form() {
     let login = waiting(WaitRequest::BrowserLogin {
         url: "https://example.test/login".into(),
         reason: "the site needs a login".into(),
     });
-    let Some(Shown::Status(what)) = shown(&login, page) else {
-        panic!("a login is not a form");
+    let Some(Shown::Login(link)) = shown(&login, &pages()) else {
+        panic!("a login over HTTP is a link");
+    };
+    assert_eq!(link.url, "http://127.0.0.1:1/#job-job-1");
+    assert_eq!(link.wait, 3);
+    assert_eq!(link.elicitation_id, "job-1/wait-3");
+    assert!(
+        link.message.contains("https://example.test/login"),
+        "{link:?}"
+    );
+    // The session comes by the page: opening it answers nothing; declining gives the job up.
+    assert_eq!(link.reply(&ElicitationAction::Accept), JobReply::Dismissed);
+    assert_eq!(link.reply(&ElicitationAction::Cancel), JobReply::Dismissed);
+    assert!(matches!(
+        link.reply(&ElicitationAction::Decline),
+        JobReply::GiveUp(_)
+    ));
+    // With no address to send the person to, it says where the job waits.
+    let Some(Shown::Status(what)) = shown(&login, &JobPages::new(None, "job-1")) else {
+        panic!("a login without an address is a status");
     };
     assert!(
-        what.contains("https://example.test/login") && what.contains(page),
+        what.contains("https://example.test/login") && what.contains("job job-1"),
         "{what}"
     );
+}
+
+#[test]
+fn a_wait_for_children_is_a_status_never_a_form() {
     for request in [
         WaitRequest::Subtasks {
             job_ids: vec!["job-2".into(), "job-3".into()],
@@ -213,11 +238,12 @@ fn a_wait_for_children_or_a_browser_is_a_status_never_a_form() {
             worker: "job-2".into(),
         },
     ] {
-        let Some(Shown::Status(what)) = shown(&waiting(request), page) else {
+        let Some(Shown::Status(what)) = shown(&waiting(request), &pages()) else {
             panic!("a wait for children is not a form");
         };
         assert!(what.contains("job-2"), "{what}");
     }
     let running = JobState::new("job-1".into(), "chat", "talk", "hello".into());
-    assert!(shown(&running, page).is_none());
+    assert!(shown(&running, &pages()).is_none());
+    assert_eq!(pages().to_string(), "http://127.0.0.1:1/jobs/job-1");
 }

@@ -37,6 +37,14 @@ Usage:
   client.py task-run URL TOKEN                        the SDK's own call_tool with the tasks
                                                       extension's claim: a task approved to
                                                       its end; then one cancelled
+  client.py login-in-call URL TOKEN PIECE             2025-11-25: call the piece, whose job
+                                                      waits for a browser login; print the
+                                                      link the client is sent to, open it
+                                                      (accept), and print the call's result
+  client.py task-open URL TOKEN PIECE                 2026-07-28 with the tasks extension: call
+                                                      the piece, poll until the task asks,
+                                                      open its link (tasks/update accept),
+                                                      print the task before and after
 Prints one JSON document with what the client saw, for the Rust test to check.
 """
 
@@ -456,11 +464,40 @@ async def task_run():
     return seen
 
 
+async def login_in_call():
+    url, token, piece = ARGS
+    links = []
+
+    async def open_link(context, params):
+        links.append({"mode": params.mode, "message": params.message, "url": getattr(params, "url", None)})
+        # The person opens the page: the test logs in there.
+        print(json.dumps(links[-1]), flush=True)
+        return types.ElicitResult(action="accept")
+
+    async with over_http(url, token) as http_client:
+        target = streamable_http_client(url, http_client=http_client)
+        async with Client(target, mode="legacy", elicitation_callback=open_link) as client:
+            done = result(await client.call_tool(piece, PIECE_INPUT))
+            return {"protocol_version": client.protocol_version, "links": links, "result": done}
+
+
+async def task_open():
+    url, token, piece = ARGS
+    async with over_http(url, token) as http_client:
+        async with tasks_client(url, http_client) as client:
+            handle = await client.session.call_tool(piece, PIECE_INPUT, allow_claimed=True)
+            asked = await poll(client.session, handle.task_id, asks_or_ended)
+            (key,) = asked.input_requests.keys()
+            await update_task(client.session, handle.task_id, {key: {"action": "accept"}})
+            after = await get_task(client.session, handle.task_id)
+            return {"handle": shown(handle), "asked": shown(asked), "after": shown(after)}
+
+
 async def main():
     scenarios = {
         "tour": tour, "gate": gate, "http": http, "rounds": rounds, "ask": ask, "answer": answer,
         "pieces": pieces, "task-ask": task_ask, "task-answer": task_answer, "task-wait": task_wait,
-        "task-run": task_run,
+        "task-run": task_run, "login-in-call": login_in_call, "task-open": task_open,
     }
     print(json.dumps(await scenarios[SCENARIO]()))
 

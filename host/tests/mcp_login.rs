@@ -1,0 +1,203 @@
+//! A browser login over MCP: a piece called as a tool of `/mcp` runs a job whose BrowseWeb call
+//! hits a login wall. The client is sent (a URL elicitation) to the job's card in the inbox of
+//! `maestro serve`, which shows the site's login link and takes the session there: the session
+//! never passes through the MCP client. To a 2025-11-25 client (the official Python SDK) the
+//! link comes in the middle of the call, and the call ends with the job's result once the
+//! session is given on the page in a real Chromium; to a client of the tasks extension the task
+//! asks for the link as `input_required`, is `working` once it is opened, and completes after
+//! the login.
+
+mod common;
+mod serve_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use common::McpSdk;
+use fantoccini::Locator;
+use serde_json::{Value, json};
+use serve_support::browser::{Chromedriver, browser};
+use serve_support::{STATE_WAIT, ServerFolder, TOKEN, TestServer};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const SESSION: &str = "sid=a-good-session";
+
+const PIECE: &str = "name: read\ndescription: Read a private page.\ninitial_movement: read\n\
+                     max_movements: 1\nmovements:\n  - name: read\n    instructions: Read the \
+                     private page, then complete.\n    tools: [BrowseWeb, complete]\n";
+
+/// A site whose page `/private` needs [`SESSION`], and a server whose piece `read` reads it.
+async fn site_and_server() -> (MockServer, String, TestServer) {
+    let site = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/private"))
+        .and(header("cookie", SESSION))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            "<html><head><title>Private</title></head><body><p>Balance: 1,234</p></body></html>",
+            "text/html",
+        ))
+        .with_priority(1)
+        .mount(&site)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/private"))
+        .respond_with(ResponseTemplate::new(401))
+        .with_priority(2)
+        .mount(&site)
+        .await;
+    let private = format!("{}/private", site.uri());
+    let script = format!(
+        "turns:\n  - tool_calls: [{{ name: BrowseWeb, arguments: {{ url: {private:?} }} }}]\n  \
+         - tool_calls: [{{ name: complete, arguments: {{ status: done, summary: \"read it\" }} }}]\n"
+    );
+    let folder = ServerFolder::new(
+        &[("read.yaml", PIECE)],
+        &script,
+        &[maestro_plugins::BROWSE_WEB, maestro_plugins::COMPLETE],
+        true,
+    )
+    .with_policy(&format!(
+        "[plugins.browse_web]\nhttp_allow = [\"{}\"]\n",
+        site.address()
+    ));
+    let server = TestServer::start(folder);
+    (site, private, server)
+}
+
+/// The job a link to its card names.
+fn job_of_link(link: &str, server: &TestServer) -> String {
+    link.strip_prefix(&server.url("/#job-"))
+        .unwrap_or_else(|| panic!("not a link to a card of this server: {link}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which_takes_the_session()
+{
+    let (_site, private, server) = site_and_server().await;
+    let mut client = McpSdk::Python
+        .command(&["login-in-call", &server.url("/mcp"), TOKEN, "read"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let first = tokio::task::block_in_place(|| lines.next());
+    let link: Value = serde_json::from_str(&first.unwrap().unwrap()).unwrap();
+    assert_eq!(link["mode"], "url", "{link}");
+    let message = link["message"].as_str().unwrap();
+    assert!(message.contains(&private), "{message}");
+    let url = link["url"].as_str().unwrap().to_owned();
+    let job = job_of_link(&url, &server);
+    let waiting = server.get(&format!("/v1/jobs/{job}")).await;
+    assert_eq!(waiting["wait"]["reason"], "browser_login", "{waiting}");
+
+    // The person opens the link, gives the page their API token, and logs in on the job's card.
+    let driver = Chromedriver::start();
+    let page = browser(&driver).await;
+    page.goto(&url).await.unwrap();
+    let wait = || page.wait().at_most(STATE_WAIT);
+    wait()
+        .for_element(Locator::Css("#token-form input[name='token']"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    page.find(Locator::Css("#token-form button[type='submit']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let card = wait()
+        .for_element(Locator::Css(&format!("article.linked[data-job='{job}']")))
+        .await
+        .expect("the linked job's card, marked");
+    let site_link = card.find(Locator::Css("a.login-url")).await.unwrap();
+    assert_eq!(
+        site_link.attr("href").await.unwrap().as_deref(),
+        Some(private.as_str())
+    );
+    card.find(Locator::Css("input[name='session']"))
+        .await
+        .unwrap()
+        .send_keys(SESSION)
+        .await
+        .unwrap();
+    card.find(Locator::Css("button[data-action='login']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+
+    // The call that sent the person there ends with the job's result.
+    let rest: Vec<String> = tokio::task::block_in_place(|| lines.map(Result::unwrap).collect());
+    let exit = tokio::task::block_in_place(|| client.wait().unwrap());
+    assert!(
+        exit.success(),
+        "the client failed: {rest:?}\n{}",
+        server.log()
+    );
+    let said = rest.last().unwrap();
+    assert!(
+        !said.contains(SESSION),
+        "the session passed the client: {said}"
+    );
+    let seen: Value = serde_json::from_str(said).unwrap();
+    assert_eq!(seen["protocol_version"], "2025-11-25");
+    assert_eq!(seen["links"].as_array().unwrap().len(), 1, "{seen}");
+    assert_eq!(
+        seen["result"],
+        json!({ "is_error": false, "text": "read it" }),
+        "{seen}\n{}",
+        server.log()
+    );
+    page.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_asks_to_open_the_login_page_once_and_completes_when_the_session_is_given_there() {
+    let (_site, private, server) = site_and_server().await;
+    let run = |args: &[&str]| {
+        let output = McpSdk::Python.command(args).output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "the client failed:\n{stdout}\n{}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            server.log()
+        );
+        serde_json::from_str::<Value>(stdout.trim()).unwrap()
+    };
+    let mcp = server.url("/mcp");
+    let seen = tokio::task::block_in_place(|| run(&["task-open", &mcp, TOKEN, "read"]));
+    // The task asks the client to open the job's card: a URL elicitation, not a form.
+    assert_eq!(seen["asked"]["status"], "input_required", "{seen}");
+    let requests = seen["asked"]["inputRequests"].as_object().unwrap();
+    let (key, request) = requests.iter().next().unwrap();
+    assert_eq!(request["params"]["mode"], "url", "{request}");
+    let message = request["params"]["message"].as_str().unwrap();
+    assert!(message.contains(&private), "{message}");
+    let url = request["params"]["url"].as_str().unwrap();
+    let job = job_of_link(url, &server);
+    // Opened, it asks no more: the task works while the login is done on the page.
+    assert_eq!(seen["after"]["status"], "working", "{seen}");
+    let status = seen["after"]["statusMessage"].as_str().unwrap();
+    assert!(status.contains(url), "{status}");
+
+    let waiting = server.get(&format!("/v1/jobs/{job}")).await;
+    assert_eq!(key, &format!("wait-{}", waiting["wait"]["id"]));
+    let (status, body) = server
+        .post(
+            &format!("/v1/jobs/{job}/login"),
+            json!({ "session": SESSION, "wait": waiting["wait"]["id"] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let task = seen["handle"]["taskId"].as_str().unwrap();
+    let done = tokio::task::block_in_place(|| run(&["task-wait", &mcp, TOKEN, task]));
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "read it");
+}
