@@ -3,8 +3,9 @@
 //! (`hot_load.rs`), the engine's own cost per agent-loop step (`engine_steps.rs`), jobs through
 //! the store (`jobs.rs`), park → resume throughput of a worker (`cycle_throughput.rs`) and of
 //! nodes on PostgreSQL (`cluster_throughput.rs`), the memory of parked jobs
-//! (`parked_memory.rs`), cycles through the HTTP API (`api_cycles.rs`) and what metrics and
-//! traces cost (`telemetry_overhead.rs`). Run them with `cargo bench -p maestro-benches`.
+//! (`parked_memory.rs`), cycles through the HTTP API (`api_cycles.rs`), what metrics and
+//! traces cost (`telemetry_overhead.rs`) and what maestro adds to an MCP tool call over stdio
+//! (`mcp_stdio.rs`). Run them with `cargo bench -p maestro-benches`.
 //!
 //! This library holds the set-up and the measurements the job benchmarks share. Each bench
 //! allocates through mimalloc, as the `maestro` binary does ([`allocate_like_maestro!`]).
