@@ -142,22 +142,9 @@ fn check_http_client(seen: &Value) {
     );
 }
 
-/// Runs `sdk`'s client on `args` to its end; what it saw.
-fn run_client(sdk: McpSdk, args: &[&str], server: &TestServer) -> Value {
-    let output = sdk.command(args).output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the {sdk:?} client failed:\n{stdout}\n{}\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        server.log()
-    );
-    serde_json::from_str(stdout.trim()).unwrap()
-}
-
 /// Runs the Python client on `args` to its end; what it saw.
 fn run_python(args: &[&str], server: &TestServer) -> Value {
-    run_client(McpSdk::Python, args, server)
+    server.mcp_client(McpSdk::Python, args)
 }
 
 /// A server of the approval piece whose API takes two tokens: [`TOKEN`] and this one.
@@ -296,20 +283,25 @@ async fn a_piece_called_without_tasks_is_asked_in_the_call_or_says_where_its_job
         let bad = seen["bad_arguments"]["message"].as_str().unwrap();
         assert!(bad.contains("no argument `text`"), "{mode}: {bad}");
         if mode == "legacy" {
-            // Up to 2025-11-25 the job's question is asked in the middle of the call.
-            assert_eq!(
-                seen["asked_in_call"],
-                json!({ "is_error": false, "text": APPROVED }),
-                "{seen}"
-            );
-            let message = seen["asked_in_call_asked"][0]["message"].as_str().unwrap();
-            assert!(message.contains("RotateKey"), "{message}");
+            check_asked_in_call(&seen);
         } else {
             // 2026-07-28 forbids it: without tasks the call says where the job waits.
             assert_eq!(seen["asked_in_call"]["is_error"], true, "{seen}");
         }
         check_unasked_piece(&seen, &server).await;
     }
+}
+
+/// What a 2025-11-25 client saw of the piece: its job's question asked in the middle of the
+/// call, and the answer ending the job with its result.
+fn check_asked_in_call(seen: &Value) {
+    assert_eq!(
+        seen["asked_in_call"],
+        json!({ "is_error": false, "text": APPROVED }),
+        "{seen}"
+    );
+    let message = seen["asked_in_call_asked"][0]["message"].as_str().unwrap();
+    assert!(message.contains("RotateKey"), "{message}");
 }
 
 /// What a client that cannot be asked saw of the piece: where its job waits, which it does.
@@ -338,11 +330,7 @@ async fn the_typescript_sdk_calls_tools_and_pieces_over_http_and_answers_their_q
  {
     let server = two_token_server();
     let seen = tokio::task::block_in_place(|| {
-        run_client(
-            McpSdk::TypeScript,
-            &["http", &server.url("/mcp"), TOKEN],
-            &server,
-        )
+        server.mcp_client(McpSdk::TypeScript, &["http", &server.url("/mcp"), TOKEN])
     });
     assert_eq!(seen["protocol_version"], "2025-11-25", "{seen}");
     let tools = seen["tools"].as_array().unwrap();
@@ -366,14 +354,7 @@ async fn the_typescript_sdk_calls_tools_and_pieces_over_http_and_answers_their_q
     assert_eq!(approved["decision"], "approved", "{seen}");
     let declined: Value = serde_json::from_str(seen["declined"]["text"].as_str().unwrap()).unwrap();
     assert_eq!(declined["decision"], "denied", "{seen}");
-    // The piece's job asks its question in the middle of the call, and the answer ends it.
-    assert_eq!(
-        seen["asked_in_call"],
-        json!({ "is_error": false, "text": APPROVED }),
-        "{seen}"
-    );
-    let asked = seen["asked_in_call_asked"][0]["message"].as_str().unwrap();
-    assert!(asked.contains("RotateKey"), "{asked}");
+    check_asked_in_call(&seen);
     let bad = seen["bad_arguments"]["message"].as_str().unwrap();
     assert!(bad.contains("no argument `text`"), "{bad}");
     check_unasked_piece(&seen, &server).await;

@@ -17,53 +17,7 @@ use common::McpSdk;
 use fantoccini::Locator;
 use serde_json::{Value, json};
 use serve_support::browser::{Chromedriver, browser};
-use serve_support::{STATE_WAIT, ServerFolder, TOKEN, TestServer};
-use wiremock::matchers::{header, method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
-
-const SESSION: &str = "sid=a-good-session";
-
-const PIECE: &str = "name: read\ndescription: Read a private page.\ninitial_movement: read\n\
-                     max_movements: 1\nmovements:\n  - name: read\n    instructions: Read the \
-                     private page, then complete.\n    tools: [BrowseWeb, complete]\n";
-
-/// A site whose page `/private` needs [`SESSION`], and a server whose piece `read` reads it.
-async fn site_and_server() -> (MockServer, String, TestServer) {
-    let site = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path("/private"))
-        .and(header("cookie", SESSION))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(
-            "<html><head><title>Private</title></head><body><p>Balance: 1,234</p></body></html>",
-            "text/html",
-        ))
-        .with_priority(1)
-        .mount(&site)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/private"))
-        .respond_with(ResponseTemplate::new(401))
-        .with_priority(2)
-        .mount(&site)
-        .await;
-    let private = format!("{}/private", site.uri());
-    let script = format!(
-        "turns:\n  - tool_calls: [{{ name: BrowseWeb, arguments: {{ url: {private:?} }} }}]\n  \
-         - tool_calls: [{{ name: complete, arguments: {{ status: done, summary: \"read it\" }} }}]\n"
-    );
-    let folder = ServerFolder::new(
-        &[("read.yaml", PIECE)],
-        &script,
-        &[maestro_plugins::BROWSE_WEB, maestro_plugins::COMPLETE],
-        true,
-    )
-    .with_policy(&format!(
-        "[plugins.browse_web]\nhttp_allow = [\"{}\"]\n",
-        site.address()
-    ));
-    let server = TestServer::start(folder);
-    (site, private, server)
-}
+use serve_support::{SESSION, STATE_WAIT, TOKEN, TestServer, reading_server};
 
 /// The job a link to its card names.
 fn job_of_link(link: &str, server: &TestServer) -> String {
@@ -75,7 +29,7 @@ fn job_of_link(link: &str, server: &TestServer) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which_takes_the_session()
 {
-    let (_site, private, server) = site_and_server().await;
+    let (_site, server, private) = reading_server().await;
     let mut client = McpSdk::Python
         .command(&["login-in-call", &server.url("/mcp"), TOKEN, "read"])
         .stdout(Stdio::piped())
@@ -159,18 +113,8 @@ async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_asks_to_open_the_login_page_once_and_completes_when_the_session_is_given_there() {
-    let (_site, private, server) = site_and_server().await;
-    let run = |args: &[&str]| {
-        let output = McpSdk::Python.command(args).output().unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(
-            output.status.success(),
-            "the client failed:\n{stdout}\n{}\n{}",
-            String::from_utf8_lossy(&output.stderr),
-            server.log()
-        );
-        serde_json::from_str::<Value>(stdout.trim()).unwrap()
-    };
+    let (_site, server, private) = reading_server().await;
+    let run = |args: &[&str]| server.mcp_client(McpSdk::Python, args);
     let mcp = server.url("/mcp");
     let seen = tokio::task::block_in_place(|| run(&["task-open", &mcp, TOKEN, "read"]));
     // The task asks the client to open the job's card: a URL elicitation, not a form.

@@ -6,49 +6,11 @@ mod common;
 mod serve_support;
 
 use serde_json::json;
-use serve_support::{ServerFolder, TestServer, has_ended};
-use wiremock::matchers::{header, method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
-
-const SESSION: &str = "sid=a-good-session";
-
-const PIECE: &str = "name: read\ninitial_movement: read\nmax_movements: 1\nmovements:\n  - name: read\n    instructions: Read the private page, then complete.\n    tools: [BrowseWeb, complete]\n";
+use serve_support::{SESSION, has_ended, reading_server};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_login_given_to_the_api_resumes_the_call_with_the_session_and_the_log_never_shows_it() {
-    let site = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path("/private"))
-        .and(header("cookie", SESSION))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(
-            "<html><head><title>Private</title></head><body><p>Balance: 1,234</p></body></html>",
-            "text/html",
-        ))
-        .with_priority(1)
-        .mount(&site)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/private"))
-        .respond_with(ResponseTemplate::new(401))
-        .with_priority(2)
-        .mount(&site)
-        .await;
-    let private = format!("{}/private", site.uri());
-    let script = format!(
-        "turns:\n  - tool_calls: [{{ name: BrowseWeb, arguments: {{ url: {private:?} }} }}]\n  \
-         - tool_calls: [{{ name: complete, arguments: {{ status: done, summary: \"read it\" }} }}]\n"
-    );
-    let folder = ServerFolder::new(
-        &[("read.yaml", PIECE)],
-        &script,
-        &[maestro_plugins::BROWSE_WEB, maestro_plugins::COMPLETE],
-        true,
-    )
-    .with_policy(&format!(
-        "[plugins.browse_web]\nhttp_allow = [\"{}\"]\n",
-        site.address()
-    ));
-    let server = TestServer::start(folder);
+    let (site, server, private) = reading_server().await;
 
     let id = server.start_job("read", "read the private page").await;
     let parked = server

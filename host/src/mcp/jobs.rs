@@ -184,8 +184,14 @@ impl Jobs {
     }
 
     /// Answers the task's open wait with the client's responses.
-    pub async fn update(&self, params: UpdateTaskParams, caller: &Caller) -> Result<(), ErrorData> {
+    pub async fn update(
+        &self,
+        params: UpdateTaskParams,
+        caller: &Caller,
+        pages: impl Fn(&str) -> JobPages,
+    ) -> Result<(), ErrorData> {
         let job = self.open(&params.task_id, caller)?;
+        let pages = pages(&job);
         if params.input_responses.is_empty() {
             return Err(ErrorData::invalid_params(
                 "inputResponses is empty: answer the task's inputRequests",
@@ -206,8 +212,6 @@ impl Jobs {
                 )
             })?;
             let (state, _) = self.load(&job).await?;
-            // Any address will do: the reply is checked against the wait, not the page.
-            let pages = JobPages::new(Some(String::new()), &job);
             let reply = match state
                 .wait
                 .as_ref()
@@ -382,7 +386,7 @@ impl Jobs {
             }
         };
         match self.opened(job, login, &action) {
-            JobReply::Dismissed if self.was_opened(job, login.wait) => Ok(()),
+            JobReply::Dismissed if action == ElicitationAction::Accept => Ok(()),
             JobReply::Dismissed => Err(ends_here("The person dismissed the link")),
             reply => match self.apply(job, login.wait, reply).await {
                 Ok(()) => Ok(()),

@@ -252,7 +252,9 @@ impl ServerHandler for ToolServer {
         request: UpdateTaskParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.task_jobs()?.update(request, &caller(&cx)).await
+        self.task_jobs()?
+            .update(request, &caller(&cx), |job| page_of(&cx, job))
+            .await
     }
 
     async fn cancel_task(

@@ -325,3 +325,69 @@ pub async fn read_events(
     }
     panic!("the stream ended before the expected event; got {seen:?}");
 }
+
+/// The session the private page of [`reading_server`]'s site takes.
+pub const SESSION: &str = "sid=a-good-session";
+
+/// A site whose page `/private` needs [`SESSION`] (401 without it), and a server whose piece
+/// `read` reads that page with BrowseWeb, so its job waits for a browser login, and then
+/// completes with "read it". Keep the site alive; the third value is the page's address.
+pub async fn reading_server() -> (wiremock::MockServer, TestServer, String) {
+    use wiremock::matchers::{header, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    const PIECE: &str = "name: read\ndescription: Read a private page.\n\
+                         initial_movement: read\nmax_movements: 1\nmovements:\n  - name: read\n    \
+                         instructions: Read the private page, then complete.\n    \
+                         tools: [BrowseWeb, complete]\n";
+    let site = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/private"))
+        .and(header("cookie", SESSION))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            "<html><head><title>Private</title></head><body><p>Balance: 1,234</p></body></html>",
+            "text/html",
+        ))
+        .with_priority(1)
+        .mount(&site)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/private"))
+        .respond_with(ResponseTemplate::new(401))
+        .with_priority(2)
+        .mount(&site)
+        .await;
+    let private = format!("{}/private", site.uri());
+    let script = format!(
+        "turns:\n  - tool_calls: [{{ name: BrowseWeb, arguments: {{ url: {private:?} }} }}]\n  \
+         - tool_calls: [{{ name: complete, arguments: {{ status: done, summary: \"read it\" }} }}]\n"
+    );
+    let folder = ServerFolder::new(
+        &[("read.yaml", PIECE)],
+        &script,
+        &[maestro_plugins::BROWSE_WEB, maestro_plugins::COMPLETE],
+        true,
+    )
+    .with_policy(&format!(
+        "[plugins.browse_web]\nhttp_allow = [\"{}\"]\n",
+        site.address()
+    ));
+    (site, TestServer::start(folder), private)
+}
+
+impl TestServer {
+    /// Runs `sdk`'s MCP client on `args` to its end (it blocks); what the client saw. A failed
+    /// client shows its output and the server's log.
+    pub fn mcp_client(&self, sdk: crate::common::McpSdk, args: &[&str]) -> Value {
+        let output = sdk.command(args).output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "the {sdk:?} client failed:\n{stdout}\n{}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            self.log()
+        );
+        serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|error| panic!("the client printed no JSON ({error}):\n{stdout}"))
+    }
+}
