@@ -7,7 +7,8 @@
 //!
 //! Invariant: the engine configuration is fixed at construction, so every
 //! compiled artifact and every `InstancePre` made from it stays valid for the
-//! runtime's life; the ticker only runs while at least one call is active.
+//! runtime's life; the ticker runs while a call is active and for [`LINGER`] after the last one
+//! ended, and rests otherwise.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,6 +29,11 @@ use super::sandbox::CallState;
 
 /// Length of one epoch tick: the granularity of the CPU and wall-clock caps.
 pub const TICK: Duration = Duration::from_millis(1);
+
+/// How long the ticker keeps ticking once no call is active: calls that follow one another (an
+/// MCP client's, a busy worker's) find it running, instead of each waking it from its rest with a
+/// system call and a context switch.
+pub const LINGER: Duration = Duration::from_millis(100);
 
 /// How the engine is built. Changing any field changes the compiled-code
 /// cache key.
@@ -214,10 +220,12 @@ fn engine_config(config: &RuntimeConfig) -> Config {
     wasm
 }
 
-/// Increments the engine epoch every `TICK` while calls are active, and
-/// sleeps otherwise.
+/// Increments the engine epoch every `TICK` while calls are active and for [`LINGER`] after,
+/// and rests otherwise.
 pub(super) struct EpochTicker {
     active: Arc<AtomicUsize>,
+    /// The thread rests (or is about to): a call that starts must wake it.
+    resting: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -234,32 +242,51 @@ impl Drop for ActiveCall {
 impl EpochTicker {
     fn start(engine: Engine) -> Self {
         let active = Arc::new(AtomicUsize::new(0));
+        let resting = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (active, stop) = (active.clone(), stop.clone());
+            let (active, resting, stop) = (active.clone(), resting.clone(), stop.clone());
+            let linger_ticks = (LINGER.as_micros() / TICK.as_micros()) as u32;
             std::thread::Builder::new()
                 .name("maestro-epoch".into())
                 .spawn(move || {
+                    let mut idle_ticks = 0u32;
                     while !stop.load(Ordering::Acquire) {
-                        if active.load(Ordering::Acquire) == 0 {
-                            std::thread::park_timeout(Duration::from_millis(250));
+                        if active.load(Ordering::SeqCst) > 0 {
+                            idle_ticks = 0;
+                        } else if idle_ticks >= linger_ticks {
+                            // Announced before the last look at `active`, which `enter` bumps
+                            // before it looks at `resting`: one of the two sees the other.
+                            resting.store(true, Ordering::SeqCst);
+                            if active.load(Ordering::SeqCst) == 0 {
+                                std::thread::park_timeout(Duration::from_millis(250));
+                            }
+                            // A call that woke it cleared `resting`: it lingers after that call
+                            // too, however short. The timeout of the rest does not.
+                            if !resting.swap(false, Ordering::SeqCst) {
+                                idle_ticks = 0;
+                            }
+                            continue;
                         } else {
-                            std::thread::sleep(TICK);
-                            engine.increment_epoch();
+                            idle_ticks += 1;
                         }
+                        std::thread::sleep(TICK);
+                        engine.increment_epoch();
                     }
                 })
                 .expect("spawn epoch ticker thread")
         };
         Self {
             active,
+            resting,
             stop,
             thread: Some(thread),
         }
     }
 
     pub fn enter(&self) -> ActiveCall {
-        if self.active.fetch_add(1, Ordering::AcqRel) == 0
+        if self.active.fetch_add(1, Ordering::SeqCst) == 0
+            && self.resting.swap(false, Ordering::SeqCst)
             && let Some(thread) = &self.thread
         {
             thread.thread().unpark();
@@ -275,5 +302,42 @@ impl Drop for EpochTicker {
             thread.thread().unpark();
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// Waits for the ticker to be (or not be) resting; false after ten seconds.
+    fn wait_until_resting(ticker: &EpochTicker, resting: bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if ticker.resting.load(Ordering::SeqCst) == resting {
+                return true;
+            }
+            std::thread::sleep(TICK);
+        }
+        false
+    }
+
+    #[test]
+    fn the_ticker_rests_when_no_call_is_active_and_never_during_a_call() {
+        let ticker = EpochTicker::start(Engine::default());
+        assert!(wait_until_resting(&ticker, true), "an idle ticker rests");
+        let call = ticker.enter();
+        assert!(wait_until_resting(&ticker, false), "a call wakes it");
+        // Longer than the linger: a ticker that rested during a call would be seen here.
+        std::thread::sleep(LINGER * 3);
+        assert!(
+            !ticker.resting.load(Ordering::SeqCst),
+            "it never rests during a call"
+        );
+        drop(call);
+        assert!(
+            wait_until_resting(&ticker, true),
+            "it rests once no call is active"
+        );
     }
 }
