@@ -2,7 +2,8 @@
 //! `maestro jobs answer` resumes and ends it in another process, and a collector on loopback
 //! receives, over OTLP/HTTP, one trace from the two: the job's root span, a run span from each
 //! process under it, their movements, model requests and tool calls, and the park, as long as
-//! the job waited.
+//! the job waited. And an MCP client's trace context, sent in a call's `_meta` by the official
+//! Python SDK, continued by `maestro mcp`.
 
 mod cli_support;
 mod common;
@@ -262,5 +263,96 @@ fn a_job_parked_in_one_process_and_ended_in_another_is_one_trace() {
         );
         let hash = attribute(call, "maestro.content_hash").unwrap_or_default();
         assert_eq!(hash.len(), 64, "the version that ran: {hash:?}");
+    }
+}
+
+/// The client's span in `_meta`: trace `4bf9…4736`, span `00f0…02b7`, sampled.
+const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn an_mcp_clients_trace_context_makes_its_tool_call_a_child_of_the_clients_span() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (collector, received) = start_collector(&runtime);
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(maestro_plugins::ECHO, plugins.path().join("echo.wasm")).unwrap();
+    let traceparent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+
+    // The official Python SDK starts `maestro mcp`, which exports to the collector.
+    let output = common::McpSdk::Python
+        .command(&["traced"])
+        .arg(env!("CARGO_BIN_EXE_maestro"))
+        .arg(plugins.path())
+        .arg(&traceparent)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{collector}"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(seen["child"]["text"], "traced", "{seen}");
+    assert_eq!(seen["alone"]["text"], "untraced", "{seen}");
+
+    // maestro sends its spans as it exits, once the client closed its stdin.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let spans = loop {
+        let spans = received.lock().unwrap().clone();
+        if named(&spans, "tools/call echo").len() == 2 && named(&spans, "tool.call").len() == 2 {
+            break spans;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "two MCP calls and two tool calls in {spans:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+
+    let calls = named(&spans, "tools/call echo");
+    let (child, alone): (Vec<&Span>, Vec<&Span>) = calls
+        .into_iter()
+        .partition(|span| hex(&span.trace_id) == CLIENT_TRACE);
+    assert_eq!(child.len(), 1, "one call continues the client's trace");
+    let child = child[0];
+    assert_eq!(
+        hex(&child.parent_span_id),
+        CLIENT_SPAN,
+        "under the client's span"
+    );
+    assert_eq!(
+        child.trace_state, "vendor=value",
+        "with the client's tracestate"
+    );
+    assert_eq!(child.kind, 2, "a server span");
+    assert_eq!(
+        attribute(child, "mcp.method.name").as_deref(),
+        Some("tools/call")
+    );
+    assert_eq!(
+        attribute(child, "gen_ai.tool.name").as_deref(),
+        Some("echo")
+    );
+    assert_eq!(
+        attribute(child, "mcp.protocol.version").as_deref(),
+        Some("2025-11-25")
+    );
+    // The call without `_meta` starts a trace of its own.
+    assert!(alone[0].parent_span_id.is_empty(), "{:?}", alone[0]);
+    assert_ne!(hex(&alone[0].trace_id), CLIENT_TRACE);
+
+    // The sandboxed call is a child of the MCP call that made it, in either trace.
+    for call in [child, alone[0]] {
+        let tool_calls: Vec<&Span> = named(&spans, "tool.call")
+            .into_iter()
+            .filter(|span| span.parent_span_id == call.span_id)
+            .collect();
+        assert_eq!(tool_calls.len(), 1, "the tool call under {call:?}");
+        assert_eq!(tool_calls[0].trace_id, call.trace_id);
     }
 }

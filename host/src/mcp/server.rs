@@ -18,6 +18,7 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::broadcast;
+use tracing::Instrument as _;
 
 use super::jobs::Jobs;
 use super::rounds::{Caller, Sealer};
@@ -203,6 +204,7 @@ impl ServerHandler for ToolServer {
             .protocol_version()
             .is_some_and(|version| !version.has_initialize());
         let caller = caller(&cx);
+        let request_name = request.name.clone();
         let call = async {
             let name = request.name.to_string();
             if let Some(jobs) = self.piece_jobs(&name) {
@@ -229,8 +231,9 @@ impl ServerHandler for ToolServer {
                 Ok(self.call_live(plugin, tool, arguments, &cx).await.into())
             }
         };
+        let span = call_span(&request_name, &cx);
         tokio::select! {
-            result = call => result,
+            result = call.instrument(span) => result,
             () = cx.ct.cancelled() => Err(ErrorData::internal_error("the client cancelled the call", None)),
         }
     }
@@ -295,6 +298,28 @@ fn page_of(cx: &RequestContext<RoleServer>, job: &str) -> JobPages {
 }
 
 /// Who makes the request: whom the HTTP layer identified, else the client of the connection.
+/// The span of one `tools/call`, named and described as OpenTelemetry's conventions for MCP
+/// have it, under the client's span when its `_meta` carries a `traceparent`: the tool call's
+/// own span (or the job's start) is a child of it.
+fn call_span(tool: &str, cx: &RequestContext<RoleServer>) -> tracing::Span {
+    let span = tracing::info_span!("mcp.tools/call", otel.name = tracing::field::Empty,
+        otel.kind = "server", mcp.method.name = "tools/call", gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %tool, jsonrpc.request.id = %cx.id,
+        mcp.protocol.version = tracing::field::Empty);
+    if crate::telemetry::tracing_on() {
+        span.record("otel.name", format!("tools/call {tool}"));
+        if let Some(version) = cx.protocol_version() {
+            span.record("mcp.protocol.version", version.as_str());
+        }
+        crate::telemetry::continue_trace(
+            &span,
+            cx.meta.get_traceparent(),
+            cx.meta.get_tracestate(),
+        );
+    }
+    span
+}
+
 fn caller(cx: &RequestContext<RoleServer>) -> Caller {
     cx.extensions
         .get::<http::request::Parts>()

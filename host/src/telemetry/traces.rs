@@ -6,7 +6,9 @@
 //! that cover time no process was running for (a park, the whole job) are written when that
 //! time is over and the save that ends it stood; so is the root, with the id its children
 //! already name. Without an endpoint nothing is installed: spans are never enabled, and
-//! [`JobTrace::begin`] keeps no ids with the job.
+//! [`JobTrace::begin`] keeps no ids with the job. A caller's own trace context (W3C Trace
+//! Context, as an MCP client sends it in a request's `_meta`) is continued, never trusted for
+//! more than being the parent of the span that serves the request ([`continue_trace`]).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,6 +99,45 @@ impl Traces {
         if let Err(error) = self.provider.shutdown() {
             eprintln!("warning: cannot send the last traces: {error}");
         }
+    }
+}
+
+/// W3C Trace Context, as a caller sent it (`traceparent` and `tracestate`, which an MCP client
+/// puts in a request's `_meta` where HTTP has headers).
+struct CallerContext<'a> {
+    traceparent: Option<&'a str>,
+    tracestate: Option<&'a str>,
+}
+
+impl opentelemetry::propagation::Extractor for CallerContext<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            "traceparent" => self.traceparent,
+            "tracestate" => self.tracestate,
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec!["traceparent", "tracestate"]
+    }
+}
+
+/// Makes `span` a child of the caller's span, in the caller's trace, when `traceparent` is a
+/// valid W3C `traceparent` (an invalid one is ignored: the span starts a trace of its own, as
+/// without one). Nothing when this process exports no traces.
+pub fn continue_trace(span: &tracing::Span, traceparent: Option<&str>, tracestate: Option<&str>) {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    if !tracing_on() || traceparent.is_none() {
+        return;
+    }
+    let caller = CallerContext {
+        traceparent,
+        tracestate,
+    };
+    let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&caller);
+    if parent.span().span_context().is_valid() {
+        let _ = span.set_parent(parent);
     }
 }
 

@@ -13,6 +13,9 @@ Usage:
                                                       then denied
   client.py rounds MAESTRO_BINARY PLUGIN_DIR          2026-07-28 by hand: a state answered twice,
                                                       altered, and sent with other arguments
+  client.py traced MAESTRO_BINARY PLUGIN_DIR TRACEPARENT
+                                                      2025-11-25: call echo with the client's
+                                                      trace context in `_meta`, then without
   client.py http MODE URL TOKEN                       over streamable HTTP with a bearer token:
                                                       list, call, approve; then print `listed`
                                                       and wait for a line on stdin, after which a
@@ -49,6 +52,7 @@ Prints one JSON document with what the client saw, for the Rust test to check.
 """
 
 import json
+import os
 import sys
 from typing import Literal
 
@@ -65,9 +69,16 @@ if SCENARIO in ("tour", "gate", "http", "pieces"):
     MODE, ARGS = sys.argv[2], sys.argv[3:]
 else:
     MODE, ARGS = "2026-07-28", sys.argv[2:]
-if SCENARIO in ("tour", "gate", "rounds"):
+if SCENARIO in ("tour", "gate", "rounds", "traced"):
     MAESTRO, PLUGINS, EXTRA = ARGS[0], ARGS[1], ARGS[2:]
     TARGET = StdioServerParameters(command=MAESTRO, args=["mcp", "--plugins", PLUGINS, *EXTRA])
+    if SCENARIO == "traced":
+        # The server gets this process's environment, the OTLP endpoint with it (the SDK
+        # passes only a few variables of its own choosing otherwise).
+        TRACEPARENT = EXTRA[0]
+        TARGET = StdioServerParameters(
+            command=MAESTRO, args=["mcp", "--plugins", PLUGINS], env=dict(os.environ)
+        )
 APPROVE = {"question": {"action": "accept", "content": {"decision": "approve"}}}
 ROTATE = {
     "tool": "RotateKey",
@@ -140,6 +151,15 @@ async def tour():
         seen["declined_asked"] = asked
 
     return seen
+
+
+async def traced():
+    # The SDK sends `_meta` as given: W3C Trace Context under the keys SEP-414 names.
+    parent = {"traceparent": TRACEPARENT, "tracestate": "vendor=value"}
+    async with Client(TARGET, mode="legacy") as client:
+        child = result(await client.call_tool("echo", {"text": "traced"}, meta=parent))
+        alone = result(await client.call_tool("echo", {"text": "untraced"}))
+    return {"child": child, "alone": alone}
 
 
 async def gate():
@@ -498,6 +518,7 @@ async def main():
         "tour": tour, "gate": gate, "http": http, "rounds": rounds, "ask": ask, "answer": answer,
         "pieces": pieces, "task-ask": task_ask, "task-answer": task_answer, "task-wait": task_wait,
         "task-run": task_run, "login-in-call": login_in_call, "task-open": task_open,
+        "traced": traced,
     }
     print(json.dumps(await scenarios[SCENARIO]()))
 
