@@ -297,7 +297,6 @@ fn page_of(cx: &RequestContext<RoleServer>, job: &str) -> JobPages {
     JobPages::new(server, job)
 }
 
-/// Who makes the request: whom the HTTP layer identified, else the client of the connection.
 /// The span of one `tools/call`, named and described as OpenTelemetry's conventions for MCP
 /// have it, under the client's span when its `_meta` carries a `traceparent`: the tool call's
 /// own span (or the job's start) is a child of it.
@@ -320,6 +319,7 @@ fn call_span(tool: &str, cx: &RequestContext<RoleServer>) -> tracing::Span {
     span
 }
 
+/// Who makes the request: whom the HTTP layer identified, else the client of the connection.
 fn caller(cx: &RequestContext<RoleServer>) -> Caller {
     cx.extensions
         .get::<http::request::Parts>()
