@@ -298,8 +298,8 @@ fn page_of(cx: &RequestContext<RoleServer>, job: &str) -> JobPages {
 }
 
 /// The span of one `tools/call`, named and described as OpenTelemetry's conventions for MCP
-/// have it, under the client's span when its `_meta` carries a `traceparent`: the tool call's
-/// own span (or the job's start) is a child of it.
+/// have it, under the client's span when its `_meta` carries a `traceparent`: the sandboxed
+/// call's own span is a child of it.
 fn call_span(tool: &str, cx: &RequestContext<RoleServer>) -> tracing::Span {
     let span = tracing::info_span!("mcp.tools/call", otel.name = tracing::field::Empty,
         otel.kind = "server", mcp.method.name = "tools/call", gen_ai.operation.name = "execute_tool",
