@@ -28,8 +28,14 @@ use cli_support::{maestro, scripted_flags, text, with};
 /// Every span the collector received.
 type Received = Arc<Mutex<Vec<Span>>>;
 
-/// An OTLP/HTTP collector of traces on a free loopback port.
-fn start_collector(runtime: &tokio::runtime::Runtime) -> (SocketAddr, Received) {
+/// An OTLP/HTTP collector of traces on a free loopback port, served by the runtime returned
+/// with it for as long as that runtime is kept.
+fn start_collector() -> (tokio::runtime::Runtime, SocketAddr, Received) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     let received = Received::default();
     let app = Router::new()
         .route(
@@ -54,7 +60,7 @@ fn start_collector(runtime: &tokio::runtime::Runtime) -> (SocketAddr, Received) 
         .unwrap();
     let addr = listener.local_addr().unwrap();
     runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (addr, received)
+    (runtime, addr, received)
 }
 
 /// `maestro ARGS --store STORE`, exporting its traces to `collector`.
@@ -93,18 +99,17 @@ fn lasted(span: &Span) -> Duration {
     Duration::from_nanos(span.end_time_unix_nano - span.start_time_unix_nano)
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn unix_nanos(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
 }
 
 #[test]
 fn a_job_parked_in_one_process_and_ended_in_another_is_one_trace() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (collector, received) = start_collector(&runtime);
+    let (_runtime, collector, received) = start_collector();
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("jobs.db").display().to_string();
     let flags = scripted_flags("chat.yaml");
@@ -151,11 +156,7 @@ fn a_job_parked_in_one_process_and_ended_in_another_is_one_trace() {
     let traces: HashSet<&Vec<u8>> = spans.iter().map(|span| &span.trace_id).collect();
     assert_eq!(traces.len(), 1, "one trace for the whole job");
     // Kept with the job: a run anywhere, any time later, joins the same trace.
-    let trace_id: String = spans[0]
-        .trace_id
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let trace_id = hex(&spans[0].trace_id);
     let show = maestro(&store, &["jobs", "show", &id, "--json"]);
     let shown: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(
@@ -270,18 +271,9 @@ fn a_job_parked_in_one_process_and_ended_in_another_is_one_trace() {
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[test]
 fn an_mcp_clients_trace_context_makes_its_tool_call_a_child_of_the_clients_span() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (collector, received) = start_collector(&runtime);
+    let (_runtime, collector, received) = start_collector();
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(maestro_plugins::ECHO, plugins.path().join("echo.wasm")).unwrap();
     let traceparent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");

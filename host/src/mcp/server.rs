@@ -204,7 +204,7 @@ impl ServerHandler for ToolServer {
             .protocol_version()
             .is_some_and(|version| !version.has_initialize());
         let caller = caller(&cx);
-        let request_name = request.name.clone();
+        let span = call_span(&request.name, &cx);
         let call = async {
             let name = request.name.to_string();
             if let Some(jobs) = self.piece_jobs(&name) {
@@ -231,7 +231,6 @@ impl ServerHandler for ToolServer {
                 Ok(self.call_live(plugin, tool, arguments, &cx).await.into())
             }
         };
-        let span = call_span(&request_name, &cx);
         tokio::select! {
             result = call.instrument(span) => result,
             () = cx.ct.cancelled() => Err(ErrorData::internal_error("the client cancelled the call", None)),

@@ -71,14 +71,14 @@ else:
     MODE, ARGS = "2026-07-28", sys.argv[2:]
 if SCENARIO in ("tour", "gate", "rounds", "traced"):
     MAESTRO, PLUGINS, EXTRA = ARGS[0], ARGS[1], ARGS[2:]
-    TARGET = StdioServerParameters(command=MAESTRO, args=["mcp", "--plugins", PLUGINS, *EXTRA])
+    # `traced` takes the client's traceparent, and hands the server this process's environment,
+    # the OTLP endpoint with it (the SDK passes only a few variables of its own choosing).
+    ENV = None
     if SCENARIO == "traced":
-        # The server gets this process's environment, the OTLP endpoint with it (the SDK
-        # passes only a few variables of its own choosing otherwise).
-        TRACEPARENT = EXTRA[0]
-        TARGET = StdioServerParameters(
-            command=MAESTRO, args=["mcp", "--plugins", PLUGINS], env=dict(os.environ)
-        )
+        (TRACEPARENT,), EXTRA, ENV = EXTRA, [], dict(os.environ)
+    TARGET = StdioServerParameters(
+        command=MAESTRO, args=["mcp", "--plugins", PLUGINS, *EXTRA], env=ENV
+    )
 APPROVE = {"question": {"action": "accept", "content": {"decision": "approve"}}}
 ROTATE = {
     "tool": "RotateKey",
