@@ -4,8 +4,10 @@
 //! same transport, an `echo` tool that returns its text), driven by the same client in the same
 //! run.
 //!
-//! Each server is a child process of this bench (`MCP_BENCH_SERVER=maestro|near-zero`): maestro
-//! runs `maestro mcp` through the binary's own entry point, allocator included. The rounds
+//! Each server is a child process of this bench (`MCP_BENCH_SERVER=maestro|maestro-no-spare|
+//! near-zero`): maestro runs `maestro mcp` through the binary's own entry point, allocator
+//! included; `maestro-no-spare` the same with `--no-spare-instances`, each call instantiating its
+//! instance on its own path, for the spare instance's share. The rounds
 //! alternate the servers, so that drift in the machine's speed falls on both; what maestro adds
 //! is the median over rounds of the difference between the two medians of a round. Both
 //! revisions are measured: 2025-11-25 (`legacy`, a session) and 2026-07-28 (the SDK's `auto`).
@@ -30,7 +32,7 @@ use serde_json::{Value, json};
 
 maestro_benches::allocate_like_maestro!();
 
-const SERVERS: [&str; 2] = ["near-zero", "maestro"];
+const SERVERS: [&str; 3] = ["near-zero", "maestro", "maestro-no-spare"];
 const MODES: [(&str, &str); 2] = [("legacy", "2025-11-25"), ("auto", "2026-07-28")];
 const ROUNDS: usize = 5;
 const WARMUP: usize = 300;
@@ -38,9 +40,13 @@ const CALLS: usize = 2_000;
 
 fn main() -> ExitCode {
     match std::env::var("MCP_BENCH_SERVER").as_deref() {
-        Ok("maestro") => {
+        Ok(server @ ("maestro" | "maestro-no-spare")) => {
             let plugins = std::env::var("MCP_BENCH_PLUGINS").expect("the plugin folder");
-            maestro::cli::run(["maestro", "mcp", "--plugins", plugins.as_str()])
+            let mut args = vec!["maestro", "mcp", "--plugins", plugins.as_str()];
+            if server == "maestro-no-spare" {
+                args.push("--no-spare-instances");
+            }
+            maestro::cli::run(args)
         }
         Ok("near-zero") => {
             near_zero();
@@ -90,39 +96,44 @@ fn compare() {
          {WARMUP} unmeasured, {ROUNDS} rounds alternating the servers; medians of the rounds' \
          medians, and the round trips' p99"
     );
-    println!("| revision | near-zero server | p99 | maestro mcp | p99 | maestro adds |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| revision | near-zero server | p99 | maestro mcp | p99 | maestro adds | no spare \
+         instances | p99 | adds |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (mode, revision) in MODES {
         // Per server: each round's median, and every round trip.
         let mut medians: Vec<Vec<Duration>> = vec![Vec::new(); SERVERS.len()];
         let mut all: Vec<Vec<Duration>> = vec![Vec::new(); SERVERS.len()];
-        let mut added = Vec::new();
+        // Per maestro server: what it adds to the near-zero server, each round.
+        let mut added: Vec<Vec<f64>> = vec![Vec::new(); SERVERS.len()];
         for _ in 0..ROUNDS {
             for (n, server) in SERVERS.iter().enumerate() {
                 let mut times = round(server, mode, revision, plugins.path(), cache.path());
                 medians[n].push(median(&mut times));
                 all[n].extend(times);
             }
-            let [near_zero, maestro] = [&medians[0], &medians[1]].map(|m| *m.last().unwrap());
-            added.push(maestro.as_secs_f64() - near_zero.as_secs_f64());
+            let near_zero = medians[0].last().unwrap().as_secs_f64();
+            for n in 1..SERVERS.len() {
+                added[n].push(medians[n].last().unwrap().as_secs_f64() - near_zero);
+            }
         }
-        added.sort_by(f64::total_cmp);
         let cells: Vec<String> = (0..SERVERS.len())
             .map(|n| {
                 all[n].sort();
-                format!(
+                let times = format!(
                     "{} | {}",
                     micros(median(&mut medians[n])),
                     micros(all[n][all[n].len() * 99 / 100])
-                )
+                );
+                if n == 0 {
+                    return times;
+                }
+                added[n].sort_by(f64::total_cmp);
+                format!("{times} | {:.0} µs", added[n][added[n].len() / 2] * 1e6)
             })
             .collect();
-        println!(
-            "| {revision} | {} | {} | {:.0} µs |",
-            cells[0],
-            cells[1],
-            added[added.len() / 2] * 1e6
-        );
+        println!("| {revision} | {} |", cells.join(" | "));
     }
 }
 

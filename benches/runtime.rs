@@ -2,8 +2,11 @@
 //!
 //! - `call/warm_instance`: the trivial `echo` tool on one kept instance
 //!   (the floor: what the call itself costs);
-//! - `call/fresh_instance`: `Plugin::invoke` as the engine uses it: schema
-//!   check, a fresh `Store` from the `InstancePre`, instantiate, call, drop;
+//! - `call/fresh_instance`: `Plugin::invoke` with each instance made on the call's path
+//!   (`spare_instances` off): schema check, a fresh `Store` from the `InstancePre`,
+//!   instantiate, call, drop;
+//! - `call/spare_instance`: `Plugin::invoke` as the engine uses it, on a call that finds its
+//!   fresh instance made between calls: what a call that follows another waits for;
 //!   `call/fresh_instance_no_keep_resident` the same with linear memories
 //!   returned to the kernel after each call instead of reset in place;
 //! - `call/fresh_instance_no_wasi`: the same on `bare_echo`, an `echo` component that
@@ -40,6 +43,7 @@ fn calls(c: &mut Criterion) {
     let cache = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(cache.path().to_path_buf()),
+        spare_instances: false,
         ..RuntimeConfig::default()
     })
     .unwrap();
@@ -66,11 +70,50 @@ fn calls(c: &mut Criterion) {
         })
     });
 
+    // The call as the engine makes it: its instance was made after the last call, off both
+    // calls' paths, by the runtime's worker threads; only the call itself is timed.
+    let workers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let with_spares = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let spared = workers
+        .block_on(with_spares.load_file(Path::new(maestro_plugins::ECHO), PluginPolicy::default()))
+        .unwrap();
+    // `describe` at load leaves no spare: the first call does.
+    workers.block_on(spared.invoke(request.clone())).unwrap();
+    group.bench_function("spare_instance", |b| {
+        b.iter_custom(|iterations| {
+            let mut timed = Duration::ZERO;
+            for _ in 0..iterations {
+                let waited = std::time::Instant::now();
+                while !spared.spare_waiting() {
+                    assert!(
+                        waited.elapsed() < Duration::from_secs(10),
+                        "no spare was made"
+                    );
+                    std::thread::yield_now();
+                }
+                let started = std::time::Instant::now();
+                let outcome = workers.block_on(spared.invoke(request.clone())).unwrap();
+                timed += started.elapsed();
+                assert!(matches!(outcome, Outcome::Output(_)));
+            }
+            timed
+        })
+    });
+
     // The same call without keeping memory resident between instances: what
     // the tuning of the pooling allocator buys.
     let untuned = Runtime::new(RuntimeConfig {
         cache_dir: Some(cache.path().to_path_buf()),
         keep_resident: 0,
+        spare_instances: false,
         ..RuntimeConfig::default()
     })
     .unwrap();

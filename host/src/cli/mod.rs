@@ -38,6 +38,10 @@ pub struct Cli {
     /// Compile every component afresh and cache nothing.
     #[arg(long, global = true)]
     no_cache: bool,
+    /// Instantiate each call's instance on the call's own path; by default each plugin's next
+    /// instance is made between calls and waits for its call, fresh all the same.
+    #[arg(long, global = true)]
+    no_spare_instances: bool,
     /// More log output on stderr (-v info, -vv debug, -vvv trace); or set MAESTRO_LOG.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -215,6 +219,7 @@ async fn execute(cli: Cli) -> Result<(), Failure> {
     let runtime = || -> Result<Runtime, Failure> {
         let config = RuntimeConfig {
             fuel,
+            spare_instances: !cli.no_spare_instances,
             cache_dir: if cli.no_cache {
                 None
             } else {

@@ -80,6 +80,18 @@ impl Capabilities {
             max_input_bytes,
         }
     }
+
+    /// Gives an instance made ahead of its call (with no ids and no spawner) the call it serves.
+    pub fn assign(
+        &mut self,
+        job_id: String,
+        call_id: String,
+        spawner: Option<Arc<dyn SubtaskSpawner>>,
+    ) {
+        self.job_id = job_id;
+        self.call_id = call_id;
+        self.spawner = spawner;
+    }
 }
 
 /// `host.log` and `host.spawn-subtask`, served the same to every contract version: each

@@ -210,6 +210,8 @@ pub struct HttpGate {
     pub policy: Arc<HttpPolicy>,
     pub plugin: Arc<str>,
     pub own: Arc<OwnAddresses>,
+    /// False while the instance waits for its call: what it runs before is sent nowhere.
+    pub serving: bool,
 }
 
 type ResponseFuture = Box<
@@ -235,6 +237,10 @@ impl WasiHttpHooks for HttpGate {
         options: Option<RequestOptions>,
         _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> ResponseFuture {
+        if !self.serving {
+            tracing::warn!(plugin = %self.plugin, "HTTP request denied: the instance serves no call yet");
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
         let policy = self.policy.clone();
         let plugin = self.plugin.clone();
         let own = self.own.clone();
@@ -288,6 +294,8 @@ impl WasiHttpHooks for HttpGate {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -387,6 +395,37 @@ mod tests {
         ] {
             assert!(is_public(ip.parse().unwrap()), "{ip}");
         }
+    }
+
+    #[tokio::test]
+    async fn an_instance_that_serves_no_call_yet_sends_nothing() {
+        use http_body_util::BodyExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let mut gate = HttpGate {
+            policy: Arc::new(HttpPolicy {
+                allow: vec![pattern(&listener.local_addr().unwrap().to_string())],
+                allow_private: false,
+            }),
+            plugin: "spare".into(),
+            own: Arc::default(),
+            serving: false,
+        };
+        let send = |gate: &mut HttpGate| {
+            let body = http_body_util::Empty::<hyper::body::Bytes>::new()
+                .map_err(|never| match never {})
+                .boxed_unsync();
+            let request = http::Request::get(&url).body(body).unwrap();
+            Box::into_pin(gate.send_request(request, None, Box::new(async { Ok(()) })))
+        };
+        let refused = send(&mut gate).await;
+        assert!(matches!(refused, Err(HttpError::HttpRequestDenied)));
+        // The control: once it serves a call, the same request reaches the server.
+        gate.serving = true;
+        let sent = tokio::spawn(send(&mut gate));
+        let accepted = tokio::time::timeout(Duration::from_secs(10), listener.accept()).await;
+        assert!(accepted.is_ok_and(|accepted| accepted.is_ok()));
+        sent.abort();
     }
 
     #[test]

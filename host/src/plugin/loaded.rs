@@ -5,9 +5,10 @@
 //! targets the `plugin` world, and described valid tools with unique names
 //! and compilable JSON Schemas. Every call is validated against its tool's
 //! schema before the guest sees it, and runs on a fresh `Store` instantiated
-//! from the shared `InstancePre`, so no state survives from one call to the
-//! next; whatever the guest does, the call ends in an outcome or a
-//! `CallError`, and the plugin stays usable.
+//! from the shared `InstancePre` (ahead of the call, when a spare waits:
+//! [`super::instances`]), so no state survives from one call to the next;
+//! whatever the guest does, the call ends in an outcome or a `CallError`, and
+//! the plugin stays usable.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -17,16 +18,16 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, InstancePre, ResourceTableError, ResourceType};
-use wasmtime::{CallHook, Store, StoreContextMut, Trap, UpdateDeadline};
+use wasmtime::{Store, Trap};
 
 use super::budget::check_compile_budget;
 use super::cache::{CompiledFrom, content_hash};
-use super::capabilities::Capabilities;
 use super::checks::{WRONG_SHAPE, WrongShape, check_header, validate_specs, world_error};
 use super::error::{CallError, Limit, LoadError};
+use super::instances::Instances;
 use super::policy::PluginPolicy;
 use super::runtime::Runtime;
-use super::sandbox::{CallState, CompiledPolicy, HOST_CALL_FUEL, Metered};
+use super::sandbox::{CallState, CompiledPolicy, Metered};
 use super::types::{CallRequest, Outcome, Park, Terminal, ToolSpec};
 use super::wit::{GuestCall, ToolInstance, ToolPre, WitVersion};
 use crate::telemetry;
@@ -49,7 +50,7 @@ pub struct Plugin {
     content_hash: String,
     specs: Vec<ToolSpec>,
     validators: HashMap<String, jsonschema::Validator>,
-    pre: ToolPre,
+    pub(super) instances: Arc<Instances>,
     policy: Arc<CompiledPolicy>,
     runtime: Runtime,
     report: LoadReport,
@@ -128,13 +129,14 @@ impl Plugin {
         let pre = ToolPre::new(instance_pre, runtime.engine()).map_err(wrong_world)?;
 
         let name: Arc<str> = name.into();
+        let instances = Instances::new(pre, policy.clone(), runtime.clone(), name.clone());
         let mut plugin = Self {
             calls: telemetry::CallMetrics::new(&name, &hash, []),
             name,
             content_hash: hash,
             specs: Vec::new(),
             validators: HashMap::new(),
-            pre,
+            instances: Arc::new(instances),
             policy,
             runtime,
             report: LoadReport {
@@ -145,13 +147,13 @@ impl Plugin {
             source: None,
         };
         let described = plugin
-            .run("", "", |instance, store| {
+            .run("", "", Spares::Off, |instance, store| {
                 Box::pin(async move { instance.describe(store).await })
             })
             .await
             .map_err(|err| match err {
                 CallError::Host(detail) if detail.starts_with(WRONG_SHAPE) => world_error(
-                    plugin.pre.instance_pre().component(),
+                    plugin.instances.pre.instance_pre().component(),
                     plugin.runtime.engine(),
                     detail[WRONG_SHAPE.len()..].to_string(),
                 ),
@@ -186,12 +188,12 @@ impl Plugin {
 
     /// The contract version the component targets.
     pub fn wit_version(&self) -> WitVersion {
-        self.pre.version()
+        self.instances.pre.version()
     }
 
     /// What the component imports (host interfaces and WASI), by name.
     pub fn imports(&self) -> Vec<String> {
-        let component = self.pre.instance_pre().component();
+        let component = self.instances.pre.instance_pre().component();
         component
             .component_type()
             .imports(self.runtime.engine())
@@ -205,6 +207,11 @@ impl Plugin {
 
     pub fn source(&self) -> Option<&std::path::Path> {
         self.source.as_deref()
+    }
+
+    /// Whether the next call finds its fresh instance made (for benchmarks and diagnostics).
+    pub fn spare_waiting(&self) -> bool {
+        self.instances.spare_waiting()
     }
 
     /// Runs one call in a fresh instance.
@@ -242,7 +249,7 @@ impl Plugin {
         let job_id = call.job_id.clone();
         let call_id = call.call_id.clone();
         let result = self
-            .run(&job_id, &call_id, |instance, store| {
+            .run(&job_id, &call_id, Spares::On, |instance, store| {
                 Box::pin(async move { instance.invoke(store, call).await })
             })
             .await?;
@@ -306,13 +313,13 @@ impl Plugin {
         Ok(request.arguments.to_string())
     }
 
-    /// Instantiates the component in a fresh store under the plugin's
-    /// limits and runs `body` on it; a trap, a limit or a timeout becomes a
-    /// `CallError`.
+    /// Runs `body` on a fresh instance under the plugin's limits (the spare one, if one waits
+    /// and `spares` allows it); a trap, a limit or a timeout becomes a `CallError`.
     async fn run<R>(
         &self,
         job_id: &str,
         call_id: &str,
+        spares: Spares,
         body: impl for<'a> FnOnce(
             ToolInstance,
             &'a mut Store<CallState>,
@@ -321,72 +328,45 @@ impl Plugin {
         >,
     ) -> Result<R, CallError> {
         let _active = self.runtime.inner.ticker.enter();
-        let mut store = self.new_store(job_id, call_id)?;
-        let policy = &self.policy.policy;
-        let pre = &self.pre;
+        let instances = &self.instances;
+        let spare = match spares {
+            Spares::On => instances.take_spare(job_id, call_id),
+            Spares::Off => None,
+        };
+        let (mut store, ready) = match spare {
+            Some((store, instance)) => (store, Some(instance)),
+            None => (instances.fresh_store(job_id, call_id)?, None),
+        };
         let meter = store.data().limits.cpu_meter.clone();
+        let time_left = store.data().limits.time_left();
         let outcome = {
             let call = std::pin::pin!(async {
-                let instance = pre.instantiate(&mut store).await?;
+                let instance = match ready {
+                    Some(instance) => instance,
+                    None => instances.pre.instantiate(&mut store).await?,
+                };
                 body(instance, &mut store).await
             });
-            tokio::time::timeout(policy.timeout, Metered { inner: call, meter }).await
+            tokio::time::timeout(time_left, Metered { inner: call, meter }).await
         };
-        match outcome {
+        let result = match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(self.classify(&store, error)),
             Err(_elapsed) => Err(CallError::Limit(store.data_mut().limits.timed_out())),
+        };
+        if spares == Spares::On {
+            instances.recycle(store);
         }
-    }
-
-    /// A store under this plugin's policy, for one call.
-    fn new_store(&self, job_id: &str, call_id: &str) -> Result<Store<CallState>, CallError> {
-        let policy = &self.policy.policy;
-        let capabilities = Capabilities::new(
-            self.name.clone(),
-            job_id.to_string(),
-            call_id.to_string(),
-            policy.spawn_subtasks,
-            self.runtime
-                .inner
-                .spawner
-                .lock()
-                .expect("spawner lock")
-                .clone(),
-            policy.max_log_bytes,
-            policy.max_output_bytes,
-        );
-        let state = CallState::new(
-            &self.policy,
-            &self.name,
-            capabilities,
-            &self.runtime.inner.own_addresses,
-        )
-        .map_err(|err| CallError::Host(format!("cannot build the sandbox: {err:#}")))?;
-        let mut store = Store::new(self.runtime.engine(), state);
-        store.limiter(|state| &mut state.limits);
-        if self.runtime.inner.fuel {
-            store
-                .set_fuel(policy.fuel.unwrap_or(u64::MAX))
-                .map_err(|err| CallError::Host(err.to_string()))?;
-            if policy.fuel.is_some() {
-                store.call_hook(charge_host_calls);
-            }
-        }
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|mut ctx| {
-            ctx.data_mut().limits.on_epoch()?;
-            Ok(UpdateDeadline::Yield(1))
-        });
-        Ok(store)
+        result
     }
 
     /// One instance kept alive across calls: the benchmark baseline for
     /// `invoke`'s fresh instance per call. Calls share memory and state, and
     /// the limits count from the first call, so the engine never uses it.
     pub async fn warm_instance(&self) -> Result<WarmInstance, CallError> {
-        let mut store = self.new_store("", "")?;
+        let mut store = self.instances.fresh_store("", "")?;
         let instance = self
+            .instances
             .pre
             .instantiate(&mut store)
             .await
@@ -521,23 +501,6 @@ fn denied_import(error: &wasmtime::Error) -> Option<String> {
         .map(|denied| denied.0.clone())
 }
 
-/// Charges [`HOST_CALL_FUEL`] for every call into the host, so a fuel budget
-/// bounds the host work a guest asks for as well as its own instructions.
-fn charge_host_calls(
-    mut store: StoreContextMut<'_, CallState>,
-    hook: CallHook,
-) -> wasmtime::Result<()> {
-    if !matches!(hook, CallHook::CallingHost) {
-        return Ok(());
-    }
-    let left = store.get_fuel()?;
-    if left < HOST_CALL_FUEL {
-        store.set_fuel(0)?;
-        return Err(Trap::OutOfFuel.into());
-    }
-    store.set_fuel(left - HOST_CALL_FUEL)
-}
-
 /// The last `max` bytes of `text`, on a character boundary.
 fn tail(text: &str, max: usize) -> String {
     let text = text.trim_end();
@@ -584,6 +547,15 @@ fn outcome_label(result: &Result<Outcome, CallError>) -> &'static str {
         Err(CallError::Overloaded(_)) => "error:overloaded",
         Err(CallError::Host(_)) => "error:host",
     }
+}
+
+/// Whether a call takes a spare instance and leaves one for the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spares {
+    /// A tool call.
+    On,
+    /// `describe` at load: a spare made then would wait for a plugin that may not load.
+    Off,
 }
 
 /// See `Plugin::warm_instance`.

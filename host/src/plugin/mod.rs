@@ -14,6 +14,7 @@ mod checks;
 mod error;
 mod http;
 mod http_send;
+mod instances;
 mod loaded;
 mod policy;
 mod runtime;

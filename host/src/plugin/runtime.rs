@@ -23,6 +23,7 @@ use super::cache::CompiledCache;
 use super::capabilities::SubtaskSpawner;
 use super::error::LoadError;
 use super::http::OwnAddresses;
+use super::instances::SpareBudget;
 use super::loaded::Plugin;
 use super::policy::{MAX_MEMORY_MIB, PluginPolicy};
 use super::sandbox::CallState;
@@ -49,6 +50,9 @@ pub struct RuntimeConfig {
     /// Bytes of each linear memory (and async stack) kept resident between
     /// calls and reset in place instead of being returned to the kernel.
     pub keep_resident: usize,
+    /// Instantiate each plugin's next instance between calls, so that a call finds it ready
+    /// (see [`SpareBudget`] for how many may wait); `false` instantiates each on its call's path.
+    pub spare_instances: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -58,6 +62,7 @@ impl Default for RuntimeConfig {
             fuel: false,
             max_instances: 256,
             keep_resident: 1 << 20,
+            spare_instances: true,
         }
     }
 }
@@ -93,6 +98,8 @@ pub(super) struct RuntimeInner {
     pub spawner: Mutex<Option<Arc<dyn SubtaskSpawner>>>,
     /// The server this host runs, which no plugin may reach over HTTP.
     pub own_addresses: Arc<OwnAddresses>,
+    /// The instances that may wait, instantiated, for their plugin's next call.
+    pub spares: SpareBudget,
 }
 
 impl Runtime {
@@ -120,6 +127,7 @@ impl Runtime {
                 fuel: config.fuel,
                 spawner: Mutex::new(None),
                 own_addresses: Arc::new(OwnAddresses::default()),
+                spares: SpareBudget::new(config.spare_instances, config.max_instances.max(1)),
             }),
         })
     }
@@ -292,6 +300,11 @@ impl EpochTicker {
             thread.thread().unpark();
         }
         ActiveCall(self.active.clone())
+    }
+
+    /// Calls active now (spares being instantiated count).
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
     }
 }
 

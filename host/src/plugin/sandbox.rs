@@ -21,7 +21,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::capabilities::Capabilities;
+use super::capabilities::{Capabilities, SubtaskSpawner};
 use super::error::Limit;
 use super::http::{HttpGate, HttpPolicy, OwnAddresses};
 use super::policy::PluginPolicy;
@@ -130,6 +130,7 @@ impl CallState {
                 policy: compiled.http.clone(),
                 plugin: plugin.clone(),
                 own: own.clone(),
+                serving: true,
             },
             table,
             limits: CallLimits {
@@ -144,6 +145,25 @@ impl CallState {
             capabilities,
             console,
         })
+    }
+}
+
+impl CallState {
+    /// Made ahead of its call: until [`CallState::serve`], no HTTP request leaves and (with no
+    /// spawner given to its capabilities) no subtask starts.
+    pub fn wait_for_call(&mut self) {
+        self.gate.serving = false;
+    }
+
+    /// Acts for the call `call_id` of job `job_id` from now on.
+    pub fn serve(
+        &mut self,
+        job_id: String,
+        call_id: String,
+        spawner: Option<Arc<dyn SubtaskSpawner>>,
+    ) {
+        self.capabilities.assign(job_id, call_id, spawner);
+        self.gate.serving = true;
     }
 }
 
@@ -223,6 +243,17 @@ impl CallLimits {
             return Err(self.breach(Limit::WallClock { cap: self.timeout }));
         }
         Ok(())
+    }
+
+    /// Starts the call's clock now, `spent` of it already used: the time its instance took to
+    /// instantiate before the call came.
+    pub fn start_clock(&mut self, spent: Duration) {
+        self.deadline = Instant::now() + self.timeout.saturating_sub(spent);
+    }
+
+    /// Wall-clock time the call has left.
+    pub fn time_left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
     }
 
     /// Records that the wall-clock cap ended the call while it waited in the host.
