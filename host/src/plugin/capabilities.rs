@@ -82,6 +82,8 @@ impl Capabilities {
     }
 
     /// Gives an instance made ahead of its call (with no ids and no spawner) the call it serves.
+    /// Spawns refused before do not count: the call's first subtask has index 0, as it would
+    /// on an instance made on the call's path.
     pub fn assign(
         &mut self,
         job_id: String,
@@ -91,6 +93,7 @@ impl Capabilities {
         self.job_id = job_id;
         self.call_id = call_id;
         self.spawner = spawner;
+        self.spawned = 0;
     }
 }
 

@@ -2,18 +2,19 @@
 //! instantiated from the shared `InstancePre`, and a spare one instantiated between calls, so
 //! that the next call finds its instance ready instead of making it on its own path.
 //!
-//! Invariant: an instance serves one call and is dropped after it, off that call's path. A spare
-//! is instantiated in a fresh store after a call ended, with the epoch ticker running, under the
-//! limits of the call that will take it: the memory, fuel and processor time its instantiation
-//! used, and the wall-clock time it took, count against that call. It gets its job and call ids,
-//! the subtask spawner and its HTTP only when a call takes it, so nothing it runs while
-//! instantiated can start a job or reach out. At most a quarter of the runtime's pool waits as spares and none is made while
-//! half of the pool is in use ([`SpareBudget`]); a plugin makes one spare at a time, none after
-//! one failed, and none when its policy grants directories (those are opened when a call starts,
-//! so that the call sees the directory as it is then).
+//! Invariant: an instance serves one call and is dropped after it. A spare is instantiated in a
+//! fresh store after a call ended, with the epoch ticker running, under the limits of the call
+//! that will take it: the memory, fuel and processor time its instantiation used, and the
+//! wall-clock time it took, count against that call. It gets its job and call ids, the subtask
+//! spawner and its HTTP only when a call takes it, so nothing it runs before can start a job or
+//! send a request. Spares have pool slots of their own ([`SpareBudget`]), so they never take one
+//! from a call; a plugin has one spare at a time, drops it after [`SPARE_IDLE`] unused, makes
+//! none after one failed until a call instantiated on its own path succeeds, and none at all
+//! when its policy grants directories (those are opened when a call starts, so that the call
+//! sees the directory as it is then).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use wasmtime::{CallHook, PoolConcurrencyLimitError, Store, StoreContextMut, Trap, UpdateDeadline};
@@ -24,6 +25,10 @@ use super::runtime::Runtime;
 use super::sandbox::{CallState, CompiledPolicy, HOST_CALL_FUEL, Metered};
 use super::wit::{ToolInstance, ToolPre};
 
+/// How long a spare waits for a call before it is dropped: a plugin called now and then keeps
+/// one, a version no longer called (an older one kept for its parked calls) gives its slot back.
+pub const SPARE_IDLE: Duration = Duration::from_secs(60);
+
 /// How a plugin's calls get their instances.
 pub(super) struct Instances {
     pub pre: ToolPre,
@@ -31,10 +36,18 @@ pub(super) struct Instances {
     runtime: Runtime,
     plugin: Arc<str>,
     spare: Mutex<Option<Spare>>,
-    /// Cleared for good when a spare fails to instantiate: each call's own path then says why.
-    spares_work: AtomicBool,
+    /// False for a plugin granted directories.
+    spares_allowed: bool,
+    /// Set when a spare failed to instantiate, cleared when a call instantiated on its own path
+    /// succeeds: a plugin whose instantiation fails makes no spare for every call.
+    paused: AtomicBool,
     /// A spare is on its way: a call that ends meanwhile starts none.
     refilling: AtomicBool,
+    /// Spares made so far; a spare's number tells its idle timer whether it is still the one
+    /// waiting.
+    made: AtomicU64,
+    /// [`SPARE_IDLE`] in milliseconds; tests shorten it.
+    idle_ms: AtomicU64,
     /// Calls that took a spare.
     taken: AtomicUsize,
 }
@@ -45,7 +58,17 @@ struct Spare {
     instance: ToolInstance,
     /// Wall-clock time from the start of its store to its instance: spent of the call's cap.
     took: Duration,
+    number: u64,
     _held: SpareHeld,
+}
+
+/// Clears `refilling` however the task that makes a spare ends, dropped or panicking included.
+struct Refilling(Arc<Instances>);
+
+impl Drop for Refilling {
+    fn drop(&mut self) {
+        self.0.refilling.store(false, Ordering::Release);
+    }
 }
 
 impl Instances {
@@ -55,15 +78,18 @@ impl Instances {
         runtime: Runtime,
         plugin: Arc<str>,
     ) -> Self {
-        let spares_work = policy.policy.dirs.is_empty();
+        let spares_allowed = policy.policy.dirs.is_empty();
         Self {
             pre,
             policy,
             runtime,
             plugin,
             spare: Mutex::new(None),
-            spares_work: AtomicBool::new(spares_work),
+            spares_allowed,
+            paused: AtomicBool::new(false),
             refilling: AtomicBool::new(false),
+            made: AtomicU64::new(0),
+            idle_ms: AtomicU64::new(SPARE_IDLE.as_millis() as u64),
             taken: AtomicUsize::new(0),
         }
     }
@@ -89,7 +115,7 @@ impl Instances {
             mut store,
             instance,
             took,
-            _held,
+            ..
         } = self.spare.lock().expect("spare lock").take()?;
         let state = store.data_mut();
         state.serve(job_id.to_string(), call_id.to_string(), self.spawner());
@@ -99,37 +125,67 @@ impl Instances {
         Some((store, instance))
     }
 
-    /// Drops the store of a call that ended, and makes the next spare if one is wanted and the
-    /// budget allows it, both after the call's result is on its way.
+    /// A call that instantiated on its own path succeeded: spares may be made again.
+    pub fn instantiated_on_call_path(&self) {
+        if self.paused.load(Ordering::Relaxed) {
+            self.paused.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops the store of a call that ended. When a spare is wanted and the budget allows it, a
+    /// task drops the store and makes the next spare, beside what is left of the call; else the
+    /// store is dropped here. One such task per plugin at most, so that a caller that never lets
+    /// the task run (a current-thread runtime in a tight loop) holds one store, not one per call.
     pub fn recycle(self: &Arc<Self>, used: Store<CallState>) {
-        if !self.spares_work.load(Ordering::Relaxed)
-            || self.spare.lock().expect("spare lock").is_some()
-            || self.refilling.swap(true, Ordering::AcqRel)
-        {
+        if !self.spares_allowed || self.paused.load(Ordering::Relaxed) {
             return;
         }
-        let reserved = tokio::runtime::Handle::try_current()
-            .ok()
-            .and_then(|handle| {
-                let held =
-                    (self.runtime.inner.spares).reserve(self.runtime.inner.ticker.active())?;
-                Some((handle, held))
-            });
-        let Some((handle, held)) = reserved else {
-            self.refilling.store(false, Ordering::Release);
+        {
+            // Under the lock, where the task publishes its spare and clears `refilling`.
+            let slot = self.spare.lock().expect("spare lock");
+            if slot.is_some() || self.refilling.swap(true, Ordering::AcqRel) {
+                return;
+            }
+        }
+        let refilling = Refilling(self.clone());
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let instances = self.clone();
-        handle.spawn(async move {
+        let Some(held) = self.runtime.inner.spares.reserve() else {
+            return;
+        };
+        handle.clone().spawn(async move {
             drop(used);
-            let spare = instances.make_spare(held).await;
+            let instances = refilling.0.clone();
+            let Some(spare) = instances.make_spare(held).await else {
+                return;
+            };
+            let number = spare.number;
             let mut slot = instances.spare.lock().expect("spare lock");
             if slot.is_none() {
-                *slot = spare;
+                *slot = Some(spare);
             }
             // Under the lock: a call that takes this spare must see the next one wanted.
-            instances.refilling.store(false, Ordering::Release);
+            drop(refilling);
+            drop(slot);
+            handle.spawn(Self::drop_when_idle(Arc::downgrade(&instances), number));
         });
+    }
+
+    /// Drops spare `number` if it still waits after [`SPARE_IDLE`].
+    async fn drop_when_idle(instances: Weak<Self>, number: u64) {
+        let Some(idle_ms) = (instances.upgrade()).map(|it| it.idle_ms.load(Ordering::Relaxed))
+        else {
+            return;
+        };
+        tokio::time::sleep(Duration::from_millis(idle_ms)).await;
+        let Some(instances) = instances.upgrade() else {
+            return;
+        };
+        let mut slot = instances.spare.lock().expect("spare lock");
+        if slot.as_ref().is_some_and(|spare| spare.number == number) {
+            *slot = None;
+        }
     }
 
     async fn make_spare(&self, held: SpareHeld) -> Option<Spare> {
@@ -137,17 +193,18 @@ impl Instances {
         let mut store = match self.store("", "", None) {
             Ok(store) => store,
             Err(error) => {
-                self.give_up(&error.to_string());
+                self.pause(&error.to_string());
                 return None;
             }
         };
         store.data_mut().wait_for_call();
         let _active = self.runtime.inner.ticker.enter();
         let meter = store.data().limits.cpu_meter.clone();
+        let timeout = self.policy.policy.timeout;
         let made = {
             let instantiate = std::pin::pin!(self.pre.instantiate(&mut store));
             tokio::time::timeout(
-                self.policy.policy.timeout,
+                timeout,
                 Metered {
                     inner: instantiate,
                     meter,
@@ -155,26 +212,30 @@ impl Instances {
             )
             .await
         };
+        let took = started.elapsed();
         match made {
+            Ok(Ok(_)) if took >= timeout => self.pause("its instantiation took the whole timeout"),
             Ok(Ok(instance)) => {
                 return Some(Spare {
                     store,
                     instance,
-                    took: started.elapsed(),
+                    took,
+                    number: self.made.fetch_add(1, Ordering::Relaxed),
                     _held: held,
                 });
             }
             // The pool is full for now: a later call tries again.
             Ok(Err(error)) if error.downcast_ref::<PoolConcurrencyLimitError>().is_some() => {}
-            Ok(Err(error)) => self.give_up(&format!("{error:#}")),
-            Err(_elapsed) => self.give_up("its instantiation outlasted the wall-clock cap"),
+            Ok(Err(error)) => self.pause(&format!("{error:#}")),
+            Err(_elapsed) => self.pause("its instantiation outlasted the wall-clock cap"),
         }
         None
     }
 
-    fn give_up(&self, why: &str) {
-        self.spares_work.store(false, Ordering::Relaxed);
-        tracing::debug!(plugin = %self.plugin, "no more spare instances: {why}");
+    fn pause(&self, why: &str) {
+        self.paused.store(true, Ordering::Relaxed);
+        tracing::info!(plugin = %self.plugin, "a spare instance failed, so calls instantiate on \
+            their own path until one succeeds: {why}");
     }
 
     fn spawner(&self) -> Option<Arc<dyn SubtaskSpawner>> {
@@ -241,11 +302,11 @@ fn charge_host_calls(
     store.set_fuel(left - HOST_CALL_FUEL)
 }
 
-/// How many spare instances may wait in one runtime: a quarter of its pool, and none made while
-/// half of the pool is in use, so that spares never stand between a burst of calls and the pool.
+/// How many spare instances may wait in one runtime: a quarter of the instances calls may
+/// have at once, in slots the pool holds for them beyond those ([`SpareBudget::pool_instances`]),
+/// so that spares never stand between a call and the pool.
 pub(super) struct SpareBudget {
     cap: usize,
-    pool: usize,
     waiting: Arc<AtomicUsize>,
 }
 
@@ -259,20 +320,24 @@ impl Drop for SpareHeld {
 }
 
 impl SpareBudget {
-    pub fn new(enabled: bool, pool: u32) -> Self {
-        let pool = pool as usize;
+    /// The spares of a runtime whose calls may have `calls` instances at once.
+    pub fn new(enabled: bool, calls: u32) -> Self {
         Self {
-            cap: if enabled { pool / 4 } else { 0 },
-            pool,
+            cap: if enabled { calls as usize / 4 } else { 0 },
             waiting: Arc::default(),
         }
     }
 
-    /// A place for one more spare, while `active` calls run.
-    pub fn reserve(&self, active: usize) -> Option<SpareHeld> {
+    /// Component instances the pool must hold: the calls' and the spares'.
+    pub fn pool_instances(&self, calls: u32) -> u32 {
+        calls.saturating_add(self.cap as u32)
+    }
+
+    /// A place for one more spare.
+    pub fn reserve(&self) -> Option<SpareHeld> {
         self.waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
-                (waiting < self.cap && active + waiting < self.pool / 2).then_some(waiting + 1)
+                (waiting < self.cap).then_some(waiting + 1)
             })
             .ok()?;
         Some(SpareHeld(self.waiting.clone()))
@@ -456,28 +521,70 @@ mod tests {
         );
     }
 
-    #[test]
-    fn spares_take_at_most_a_quarter_of_the_pool_and_none_while_half_of_it_is_busy() {
-        let budget = SpareBudget::new(true, 16);
-        let held: Vec<SpareHeld> = (0..4).map(|_| budget.reserve(0).unwrap()).collect();
-        assert!(budget.reserve(0).is_none(), "a quarter of 16 is 4");
-        drop(held);
-        assert!(budget.reserve(8).is_none(), "8 of 16 instances busy");
-        let one = budget.reserve(7).expect("7 busy, none waiting");
-        assert!(budget.reserve(7).is_none(), "7 busy and 1 waiting: half");
-        drop(one);
+    #[tokio::test(flavor = "multi_thread")]
+    async fn after_a_spare_failed_none_is_made_until_a_call_instantiates_on_its_own_path() {
+        let runtime = runtime(true);
+        let plugin = hostile(&runtime, PluginPolicy::default()).await;
+        let call = |call: &str| request("read_env", json!({}), "job", call);
+        assert!(plugin.invoke(call("first")).await.is_ok());
         assert!(
-            budget.reserve(7).is_some(),
+            spare_made(&plugin).await,
+            "the control: a spare after a call"
+        );
+        plugin.instances.pause("as if the last spare had failed");
+        assert!(plugin.invoke(call("second")).await.is_ok());
+        assert_eq!(plugin.instances.taken.load(Ordering::Relaxed), 1);
+        assert!(
+            !spare_made(&plugin).await,
+            "a call that took a spare makes none while spares are paused"
+        );
+        assert!(plugin.invoke(call("third")).await.is_ok());
+        assert!(
+            spare_made(&plugin).await,
+            "an instance made on the call's path resumes them"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_spare_no_call_takes_gives_its_slot_back() {
+        let runtime = runtime(true);
+        let plugin = hostile(&runtime, PluginPolicy::default()).await;
+        plugin.instances.idle_ms.store(300, Ordering::Relaxed);
+        let waiting = || runtime.inner.spares.waiting.load(Ordering::Acquire);
+        assert!(
+            plugin
+                .invoke(request("read_env", json!({}), "job", "call"))
+                .await
+                .is_ok()
+        );
+        assert!(spare_made(&plugin).await);
+        assert_eq!(waiting(), 1, "the spare holds a slot");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while plugin.instances.spare_waiting() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!plugin.instances.spare_waiting(), "dropped once idle");
+        assert_eq!(waiting(), 0, "its slot is back");
+    }
+
+    #[test]
+    fn spares_wait_in_pool_slots_of_their_own_a_quarter_of_the_calls_at_most() {
+        let budget = SpareBudget::new(true, 16);
+        assert_eq!(budget.pool_instances(16), 20, "16 calls and 4 spares");
+        let held: Vec<SpareHeld> = (0..4).map(|_| budget.reserve().unwrap()).collect();
+        assert!(budget.reserve().is_none(), "a quarter of 16 is 4");
+        drop(held);
+        assert!(
+            budget.reserve().is_some(),
             "a dropped spare gives its place back"
         );
 
+        let off = SpareBudget::new(false, 256);
+        assert!(off.reserve().is_none(), "spares off");
+        assert_eq!(off.pool_instances(256), 256);
         assert!(
-            SpareBudget::new(false, 256).reserve(0).is_none(),
-            "spares off"
-        );
-        assert!(
-            SpareBudget::new(true, 3).reserve(0).is_none(),
-            "a pool of 3 has none"
+            SpareBudget::new(true, 3).reserve().is_none(),
+            "3 calls have none"
         );
     }
 }

@@ -21,6 +21,7 @@ mod runtime;
 mod sandbox;
 mod types;
 pub mod wit;
+mod without_http;
 
 pub use budget::{
     MAX_COMPONENT_BYTES, MAX_COMPONENT_WEIGHT, MAX_FUNCTION_OPERATORS, MAX_FUNCTION_WEIGHT,

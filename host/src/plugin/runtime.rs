@@ -45,7 +45,8 @@ pub struct RuntimeConfig {
     /// Meter fuel, so policies can set deterministic `fuel` budgets. Costs a
     /// little speed on every call.
     pub fuel: bool,
-    /// Component instances that may be alive at once (concurrent calls).
+    /// Component instances calls may have at once (concurrent calls); the pool holds a quarter
+    /// more for spare instances when they are on.
     pub max_instances: u32,
     /// Bytes of each linear memory (and async stack) kept resident between
     /// calls and reset in place instead of being returned to the kernel.
@@ -104,7 +105,9 @@ pub(super) struct RuntimeInner {
 
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
-        let engine = Engine::new(&engine_config(&config))?;
+        let calls = config.max_instances.max(1);
+        let spares = SpareBudget::new(config.spare_instances, calls);
+        let engine = Engine::new(&engine_config(&config, spares.pool_instances(calls)))?;
         let mut linker_without_http = Linker::<CallState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker_without_http)?;
         super::wit::add_to_linker(&mut linker_without_http)?;
@@ -127,7 +130,7 @@ impl Runtime {
                 fuel: config.fuel,
                 spawner: Mutex::new(None),
                 own_addresses: Arc::new(OwnAddresses::default()),
-                spares: SpareBudget::new(config.spare_instances, config.max_instances.max(1)),
+                spares,
             }),
         })
     }
@@ -198,9 +201,9 @@ impl Runtime {
     }
 }
 
-fn engine_config(config: &RuntimeConfig) -> Config {
+/// The engine of `config`, its pool holding `instances` component instances.
+fn engine_config(config: &RuntimeConfig, instances: u32) -> Config {
     let mut pool = PoolingAllocationConfig::new();
-    let instances = config.max_instances.max(1);
     pool.total_component_instances(instances)
         // Components from componentize-py and componentize-js have many
         // core instances, memories and tables each.
@@ -300,11 +303,6 @@ impl EpochTicker {
             thread.thread().unpark();
         }
         ActiveCall(self.active.clone())
-    }
-
-    /// Calls active now (spares being instantiated count).
-    pub fn active(&self) -> usize {
-        self.active.load(Ordering::Relaxed)
     }
 }
 
