@@ -26,6 +26,33 @@ fn a_store_from_a_newer_maestro_is_refused() {
     );
 }
 
+#[test]
+fn a_new_store_has_1_kib_pages_and_one_made_with_4_kib_pages_keeps_them() {
+    let page_size = |path: &std::path::Path| -> i64 {
+        let connection = rusqlite::Connection::open(path).unwrap();
+        connection
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("new.db");
+    drop(SqliteStore::open(&new).unwrap());
+    assert_eq!(page_size(&new), 1024);
+
+    let old = dir.path().join("old.db");
+    let connection = rusqlite::Connection::open(&old).unwrap();
+    connection
+        .execute_batch("PRAGMA page_size = 4096; PRAGMA journal_mode = WAL; CREATE TABLE t (x);")
+        .unwrap();
+    drop(connection);
+    let store = SqliteStore::open(&old).unwrap();
+    store.create(&job("kept")).unwrap();
+    drop(store);
+    assert_eq!(page_size(&old), 4096);
+    let store = SqliteStore::open(&old).unwrap();
+    assert_eq!(store.load("kept").unwrap().0.id, "kept");
+}
+
 /// Holds the writer inside a change until the returned sender is dropped, so that the changes
 /// queued meanwhile share its next transaction.
 fn hold_writer(store: &SqliteStore) -> std::sync::mpsc::Sender<()> {

@@ -44,7 +44,7 @@ pub(super) const LONE_COMMIT_WAIT: Duration = Duration::from_micros(200);
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 
 /// WAL frames (of a page each) past which the writer finishes the checkpoint, so the WAL
-/// starts over: about 16 MiB with 4 KiB pages.
+/// starts over: about 4 MiB with 1 KiB pages (16 MiB in a file made with 4 KiB pages).
 const RESTART_WAL_FRAMES: i64 = 4000;
 
 /// What the writer and the checkpointer tell each other.
