@@ -3,7 +3,8 @@
 //! `maestro serve`, which shows the site's login link and takes the session there: the session
 //! never passes through the MCP client. To a 2025-11-25 client (the official Python SDK) the
 //! link comes in the middle of the call, and the call ends with the job's result once the
-//! session is given on the page in a real Chromium; to a client of the tasks extension the task
+//! session is given on the page in a real Chromium, the client told the link's login is done
+//! (`notifications/elicitation/complete`); to a client of the tasks extension the task
 //! asks for the link as `input_required`, is `working` once it is opened, and completes after
 //! the login.
 
@@ -102,6 +103,10 @@ async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which
     let seen: Value = serde_json::from_str(said).unwrap();
     assert_eq!(seen["protocol_version"], "2025-11-25");
     assert_eq!(seen["links"].as_array().unwrap().len(), 1, "{seen}");
+    // Once the page took the session, the client hears that the link's login is done.
+    let elicitation = &seen["links"][0]["elicitation_id"];
+    assert!(elicitation.is_string(), "{seen}");
+    assert_eq!(seen["completed"], json!([elicitation]), "{seen}");
     assert_eq!(
         seen["result"],
         json!({ "is_error": false, "text": "read it" }),

@@ -2,8 +2,8 @@
 //! values become the job's, the job's result the call's): a client of the tasks extension gets
 //! the job as a task at once; another client's call follows the job to its end, asking its
 //! questions in the middle of the call where the client's revision allows it (a login as a link
-//! to the job's card in the inbox), and otherwise ends saying what the job waits for and where
-//! to answer it.
+//! to the job's card in the inbox, and `notifications/elicitation/complete` once the job has
+//! its session), and otherwise ends saying what the job waits for and where to answer it.
 //!
 //! Invariant: a job is created in the store before the client hears of it, so a task the client
 //! holds always has its job. This layer never runs a job (the process's runners do, woken by
@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult, DetailedTask, ElicitResult,
-    ElicitationAction, GetTaskParams, Tool, UpdateTaskParams,
+    CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult, CustomNotification,
+    DetailedTask, ElicitResult, ElicitationAction, GetTaskParams, ServerNotification, Tool,
+    UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -260,6 +261,8 @@ impl Jobs {
     ) -> CallToolResult {
         let deadline = tokio::time::Instant::now() + FOLLOW_FOR;
         let mut saves = self.saves.subscribe();
+        // The login whose link the person opened in this call, until the job is past it.
+        let mut opened_here: Option<JobLogin> = None;
         loop {
             let (state, status) = match self.load(job).await {
                 Ok(loaded) => loaded,
@@ -267,6 +270,12 @@ impl Jobs {
                     return failed(format!("Job {job} could not be read: {}", error.message));
                 }
             };
+            let waits_for = state.wait.as_ref().map(|wait| wait.id);
+            if let Some(done) = opened_here.take_if(|login| waits_for != Some(login.wait))
+                && let Some(cx) = cx
+            {
+                login_done(cx, &done).await;
+            }
             match status {
                 JobStatus::Completed => {
                     return CallToolResult::success(vec![ContentBlock::text(
@@ -315,11 +324,11 @@ impl Jobs {
                         }
                         continue;
                     }
-                    Some(Shown::Login(login)) => {
-                        if let Err(ended) = self.send_to_login(job, &login, cx).await {
-                            return ended;
-                        }
-                    }
+                    Some(Shown::Login(login)) => match self.send_to_login(job, &login, cx).await {
+                        Ok(true) => opened_here = Some(login),
+                        Ok(false) => {}
+                        Err(ended) => return ended,
+                    },
                     Some(Shown::Status(what)) if is_login(&state) => {
                         return failed(format!("Job {job}: {what}"));
                     }
@@ -355,15 +364,16 @@ impl Jobs {
     }
 
     /// Sends the person at the client to the page of the login `login` of `job`, unless a
-    /// client opened it already; `Err` is the call's result when the call cannot go on.
+    /// client opened it already; `Ok(true)` when the person opened it now, `Err` the call's
+    /// result when the call cannot go on.
     async fn send_to_login(
         &self,
         job: &str,
         login: &JobLogin,
         cx: Option<&RequestContext<RoleServer>>,
-    ) -> Result<(), CallToolResult> {
+    ) -> Result<bool, CallToolResult> {
         if self.was_opened(job, login.wait) {
-            return Ok(());
+            return Ok(false);
         }
         let ends_here = |why: &str| {
             failed(format!(
@@ -386,10 +396,10 @@ impl Jobs {
             }
         };
         match self.opened(job, login, &action) {
-            JobReply::Dismissed if action == ElicitationAction::Accept => Ok(()),
+            JobReply::Dismissed if action == ElicitationAction::Accept => Ok(true),
             JobReply::Dismissed => Err(ends_here("The person dismissed the link")),
             reply => match self.apply(job, login.wait, reply).await {
-                Ok(()) => Ok(()),
+                Ok(()) => Ok(false),
                 Err(why) => Err(ends_here(&format!("The reply was not taken ({why})"))),
             },
         }
@@ -502,6 +512,22 @@ fn store_error(error: StoreError) -> ErrorData {
     match error {
         StoreError::NotFound(_) => ErrorData::invalid_params(error.to_string(), None),
         _ => ErrorData::internal_error(error.to_string(), None),
+    }
+}
+
+/// Tells the client that the login it sent the person to is done (revision 2025-11-25's
+/// `notifications/elicitation/complete`), so it can close what it showed for the link. A client
+/// gone meanwhile misses nothing: the call's result follows.
+async fn login_done(cx: &RequestContext<RoleServer>, login: &JobLogin) {
+    let done = CustomNotification::new(
+        "notifications/elicitation/complete",
+        Some(json!({ "elicitationId": login.elicitation_id })),
+    );
+    if let Err(error) = (cx.peer)
+        .send_notification(ServerNotification::CustomNotification(done))
+        .await
+    {
+        tracing::debug!(%error, "the client did not take notifications/elicitation/complete");
     }
 }
 

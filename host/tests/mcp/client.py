@@ -487,18 +487,30 @@ async def task_run():
 async def login_in_call():
     url, token, piece = ARGS
     links = []
+    completed = []
+    heard = anyio.Event()
 
     async def open_link(context, params):
-        links.append({"mode": params.mode, "message": params.message, "url": getattr(params, "url", None)})
+        links.append({"mode": params.mode, "message": params.message, "url": getattr(params, "url", None),
+                      "elicitation_id": getattr(params, "elicitation_id", None)})
         # The person opens the page: the test logs in there.
         print(json.dumps(links[-1]), flush=True)
         return types.ElicitResult(action="accept")
 
+    async def on_message(message):
+        if isinstance(message, types.ElicitCompleteNotification):
+            completed.append(message.params.elicitation_id)
+            heard.set()
+
     async with over_http(url, token) as http_client:
         target = streamable_http_client(url, http_client=http_client)
-        async with Client(target, mode="legacy", elicitation_callback=open_link) as client:
+        async with Client(target, mode="legacy", elicitation_callback=open_link, message_handler=on_message) as client:
             done = result(await client.call_tool(piece, PIECE_INPUT))
-            return {"protocol_version": client.protocol_version, "links": links, "result": done}
+            # Over HTTP the notification comes on the session's own stream, not the call's.
+            with anyio.move_on_after(30):
+                await heard.wait()
+            return {"protocol_version": client.protocol_version, "links": links, "result": done,
+                    "completed": completed}
 
 
 async def task_open():
