@@ -1,3 +1,4 @@
+use super::schema::MIGRATIONS;
 use super::*;
 use crate::engine::{
     JobEvent, JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest,

@@ -1,0 +1,154 @@
+//! The SQLite store's file settings and schema, versioned by `user_version`.
+//!
+//! Invariant: each migration runs in an `IMMEDIATE` transaction that reads the version again
+//! under the write lock, so of several processes opening an old file at once exactly one
+//! applies each migration; a file whose version is newer than this maestro knows is refused.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+/// Schema versions, applied in order; the index + 1 is the `user_version` after each.
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE jobs (
+    id              TEXT PRIMARY KEY,
+    piece           TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    movement        TEXT NOT NULL,
+    wait_reason     TEXT,
+    parent          TEXT,
+    parked_plugin   TEXT,
+    pending_resume  TEXT,
+    wait_expires_at_ms INTEGER,
+    state           TEXT NOT NULL,
+    lease_owner     TEXT,
+    lease_until_ms  INTEGER,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    created_at_ms   INTEGER NOT NULL,
+    updated_at_ms   INTEGER NOT NULL
+);
+CREATE INDEX jobs_by_status ON jobs (status, updated_at_ms);
+CREATE INDEX jobs_by_expiry ON jobs (wait_expires_at_ms) WHERE wait_expires_at_ms IS NOT NULL;
+CREATE INDEX jobs_by_parent ON jobs (parent);
+CREATE TABLE events (
+    job_id  TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    at_ms   INTEGER NOT NULL,
+    event   TEXT NOT NULL,
+    PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+"#,
+    // The events of one save share a row (a JSON array): one B-tree insert per save instead of one
+    // per event, which was a large share of a park/resume cycle's commit. Event numbering is
+    // unchanged: a row holds events first_seq..=last_seq.
+    r#"
+CREATE TABLE event_batches (
+    job_id    TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq  INTEGER NOT NULL,
+    at_ms     INTEGER NOT NULL,
+    events    TEXT NOT NULL,
+    PRIMARY KEY (job_id, first_seq)
+) WITHOUT ROWID;
+INSERT INTO event_batches (job_id, first_seq, last_seq, at_ms, events)
+    SELECT job_id, seq, seq, at_ms, '[' || event || ']' FROM events;
+DROP TABLE events;
+"#,
+    // The conversation leaves the state and joins the events: a job's log is one row per save
+    // (numbered by `batch`, rising; a row of the event log before keeps its first event's number)
+    // holding the events the save added and the messages it wrote, so a save
+    // writes what the run added into the one row it writes anyway, never the whole
+    // conversation again. A job's conversation stays in its state until its next save moves
+    // it (see `record.rs`), so this changes no job's row. A cancel asked of a running job now
+    // keeps its reason, for the run that ends it.
+    r#"
+CREATE TABLE saves (
+    job_id        TEXT NOT NULL,
+    batch         INTEGER NOT NULL,
+    first_seq     INTEGER NOT NULL,
+    last_seq      INTEGER NOT NULL,
+    at_ms         INTEGER NOT NULL,
+    events        TEXT NOT NULL,
+    messages_from INTEGER,
+    messages      TEXT,
+    PRIMARY KEY (job_id, batch)
+) WITHOUT ROWID;
+INSERT INTO saves (job_id, batch, first_seq, last_seq, at_ms, events)
+    SELECT job_id, first_seq, first_seq, last_seq, at_ms, events FROM event_batches;
+DROP TABLE event_batches;
+ALTER TABLE jobs ADD COLUMN cancel_reason TEXT;
+"#,
+    // Secrets of this install (the key that seals MCP request states), and the one-time tokens
+    // already spent (an answered MCP question), kept until they could no longer be presented.
+    r#"
+CREATE TABLE secrets (
+    name          TEXT PRIMARY KEY,
+    value         BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+CREATE TABLE spent (
+    token    TEXT PRIMARY KEY,
+    until_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX spent_by_until ON spent (until_ms);
+"#,
+];
+
+/// The writer's connection to the file at `path`, set up and its schema brought up to date;
+/// the schema version the file had before.
+pub(super) fn open_writer(
+    path: &std::path::Path,
+    fail: impl Fn(String) -> crate::store::StoreError,
+) -> Result<(Connection, usize), crate::store::StoreError> {
+    let mut connection = Connection::open(path).map_err(|e| fail(e.to_string()))?;
+    connection.set_prepared_statement_cache_capacity(64);
+    // What a change removes is overwritten, not left in free space: a login's session waits
+    // in `pending_resume` until its run takes it, and must not stay in the file after.
+    // The writer's page cache is kept small (2 MiB): when a B-tree page splits, SQLite
+    // renumbers pages through the pending-byte page, and the commit that follows scans the
+    // cache's whole hash table. With 16 MiB that scan was about 6 % of the writer's time;
+    // the pages a small cache misses are read back from the operating system's cache.
+    // A new file gets 1 KiB pages: a commit writes every page it touches whole, to the log
+    // and again at the checkpoint, and a park/resume cycle touches about the same number of
+    // pages whatever their size, so it writes less than half of what 4 KiB pages cost, at
+    // the same throughput (see the README's cycle bench). A file made before keeps its size:
+    // a log-mode database cannot change it.
+    connection
+        .execute_batch(
+            "PRAGMA page_size = 1024; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+             PRAGMA busy_timeout = 10000; PRAGMA cache_size = -2048; \
+             PRAGMA temp_store = MEMORY; PRAGMA journal_size_limit = 67108864; \
+             PRAGMA secure_delete = ON;",
+        )
+        .map_err(|e| fail(e.to_string()))?;
+    let version: usize = connection
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(|e| fail(e.to_string()))?;
+    if version > MIGRATIONS.len() {
+        return Err(fail(format!(
+            "schema version {version} is newer than this maestro knows ({}); use a newer \
+             maestro",
+            MIGRATIONS.len()
+        )));
+    }
+    for (index, migration) in MIGRATIONS.iter().enumerate().skip(version) {
+        let tx = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| fail(e.to_string()))?;
+        // Another process opening the same file may have applied it since the version was
+        // read: the write lock is held now, so this look is the one that counts.
+        let now: usize = tx
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(|e| fail(e.to_string()))?;
+        if now > index {
+            continue;
+        }
+        tx.execute_batch(migration)
+            .and_then(|()| tx.pragma_update(None, "user_version", index + 1))
+            .and_then(|()| tx.commit())
+            .map_err(|e| fail(format!("migration {}: {e}", index + 1)))?;
+    }
+    Ok((connection, version))
+}
+
+/// Schema versions this maestro knows.
+pub(super) const VERSION: usize = MIGRATIONS.len();
