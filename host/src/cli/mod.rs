@@ -6,6 +6,7 @@
 //! 1 (the call or the job ended in an error, abort or cancel) or 2 (bad
 //! input: usage, config, policy, a piece or plugin that does not load).
 
+mod config_file;
 mod folder;
 mod jobs;
 mod mcp;
