@@ -6,7 +6,8 @@
 //! session is given on the page in a real Chromium, the client told the link's login is done
 //! (`notifications/elicitation/complete`); to a client of the tasks extension the task
 //! asks for the link as `input_required`, is `working` once it is opened, and completes after
-//! the login.
+//! the login. A plugin's tool called over `/mcp` (not in a job) that hits the wall sends the
+//! person to a login page of its own, which takes the session for that call alone.
 
 mod common;
 mod serve_support;
@@ -113,6 +114,104 @@ async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which
         "{seen}\n{}",
         server.log()
     );
+    page.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_called_over_mcp_that_hits_a_login_wall_sends_the_person_to_a_page_that_takes_the_session()
+ {
+    let (_site, server, private) = reading_server().await;
+    let mut client = McpSdk::Python
+        .command(&["login-plain", &server.url("/mcp"), TOKEN, &private])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let first = tokio::task::block_in_place(|| lines.next());
+    let link: Value = serde_json::from_str(&first.unwrap().unwrap()).unwrap();
+    assert_eq!(link["mode"], "url", "{link}");
+    let message = link["message"].as_str().unwrap();
+    assert!(message.contains(&private), "{message}");
+    let url = link["url"].as_str().unwrap().to_owned();
+    let id = url
+        .strip_prefix(&server.url("/logins/"))
+        .unwrap_or_else(|| panic!("not a login page of this server: {url}"))
+        .to_owned();
+    let waiting = server.get(&format!("/v1/logins/{id}")).await;
+    assert_eq!(waiting["tool"], "BrowseWeb", "{waiting}");
+
+    // The person opens the link, gives the page their API token, logs in and pastes the session.
+    let driver = Chromedriver::start();
+    let page = browser(&driver).await;
+    page.goto(&url).await.unwrap();
+    let wait = || page.wait().at_most(STATE_WAIT);
+    wait()
+        .for_element(Locator::Css("#token-form input[name='token']"))
+        .await
+        .unwrap()
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    page.find(Locator::Css("#token-form button[type='submit']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let site_link = wait()
+        .for_element(Locator::Css("#login:not([hidden]) a.login-url"))
+        .await
+        .expect("the site's login link");
+    assert_eq!(
+        site_link.attr("href").await.unwrap().as_deref(),
+        Some(private.as_str())
+    );
+    page.find(Locator::Css("input[name='session']"))
+        .await
+        .unwrap()
+        .send_keys(SESSION)
+        .await
+        .unwrap();
+    page.find(Locator::Css("button[data-action='login']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait()
+        .for_element(Locator::Css("#done:not([hidden])"))
+        .await
+        .expect("the page says the call took the session");
+
+    // The call goes on with the session and reads the page; the client hears the login is done.
+    let rest: Vec<String> = tokio::task::block_in_place(|| lines.map(Result::unwrap).collect());
+    let exit = tokio::task::block_in_place(|| client.wait().unwrap());
+    assert!(
+        exit.success(),
+        "the client failed: {rest:?}\n{}",
+        server.log()
+    );
+    let said = rest.last().unwrap();
+    assert!(
+        !said.contains(SESSION),
+        "the session passed the client: {said}"
+    );
+    let seen: Value = serde_json::from_str(said).unwrap();
+    assert_eq!(seen["protocol_version"], "2025-11-25");
+    assert_eq!(
+        seen["result"]["is_error"],
+        false,
+        "{seen}\n{}",
+        server.log()
+    );
+    let text = seen["result"]["text"].as_str().unwrap();
+    assert!(text.contains("Balance: 1,234"), "{seen}");
+    assert_eq!(seen["completed"], json!([id]), "{seen}");
+    // Done, the login is forgotten: its session cannot be given again.
+    let (status, body) = server
+        .post(&format!("/v1/logins/{id}"), json!({ "session": "again" }))
+        .await;
+    assert_eq!(status, 404, "{body}");
     page.close().await.unwrap();
 }
 

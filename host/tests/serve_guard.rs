@@ -97,6 +97,7 @@ async fn a_cross_site_request_is_refused_on_every_route() {
         (Method::GET, "/v1/events".to_owned()),
         (Method::POST, format!("/v1/jobs/{id}/approve")),
         (Method::POST, format!("/v1/jobs/{id}/cancel")),
+        (Method::POST, "/v1/logins/0123456789abcdef".to_owned()),
     ] {
         let request = server
             .request(method.clone(), &path)
@@ -174,7 +175,7 @@ async fn a_post_a_form_could_send_changes_nothing_and_approve_names_its_wait() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_pages_may_run_only_their_own_script_and_are_never_framed() {
     let server = open_server();
-    for path in ["/", "/jobs/job-0123"] {
+    for path in ["/", "/jobs/job-0123", "/logins/0123456789abcdef"] {
         let page = server.request(Method::GET, path).send().await.unwrap();
         assert_eq!(page.status(), 200, "{path}");
         let header = |name: &str| page.headers()[name].to_str().unwrap().to_owned();

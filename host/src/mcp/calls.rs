@@ -7,24 +7,28 @@
 //! when it is resumed after a question; a tool under the operator's approval gate runs only
 //! after a person at the client approved that exact call; a park is asked only of a client
 //! that declared it answers forms, and otherwise (or when it cannot be asked at all) the call
-//! ends with a result that says what it waited for. A call parks at most [`MAX_PARKS`] times. A
+//! ends with a result that says what it waited for. A browser login, up to 2025-11-25 and on
+//! `maestro serve`, sends the person to a page of the server that takes the session
+//! (`logins`), never through the client. A call parks at most [`MAX_PARKS`] times. A
 //! tool's failure is a result with `isError`, never a protocol error: the model reads it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
-    ElicitResult, InputRequest, InputRequiredResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomNotification,
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, InputRequest,
+    InputRequiredResult, ServerNotification,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
+use super::logins::{LOGIN_WAIT, Logins};
 use super::parks::{self, Question, Reply};
 use super::rounds::{Asked, Binding, Caller, Refusal, Round};
 use super::server::ToolServer;
-use crate::plugin::{CallRequest, Outcome, Park, Plugin, Resume, Terminal};
+use crate::plugin::{CallRequest, LoginRequest, Outcome, Park, Plugin, Resume, Terminal};
 
 /// How many times one call may park: a tool that parks again on every answer would otherwise
 /// ask for ever.
@@ -75,6 +79,16 @@ impl ToolServer {
             };
             if parks == MAX_PARKS {
                 break;
+            }
+            if let Park::BrowserLogin(login) = &park
+                && let Some(logins) = self.logins.as_deref()
+                && let Some(server) = server_address(cx)
+            {
+                match login_live(logins, &server, &request.tool, login, cx).await {
+                    Ok(session) => request.resume = Some(Resume::LoggedIn(session)),
+                    Err(ended) => return ended,
+                }
+                continue;
             }
             let question = match parks::question_for(&park) {
                 Ok(question) => question,
@@ -250,6 +264,86 @@ async fn ask_live(cx: &RequestContext<RoleServer>, question: &Question) -> Reply
             "The call waited for a human, and the client could not be asked: {error}"
         )),
     }
+}
+
+/// Sends the person at the client to the page of this server where the login `login` of a
+/// call of `tool` is done, and waits for the session given there; `Err` is the call's result
+/// when it cannot go on.
+async fn login_live(
+    logins: &Logins,
+    server: &str,
+    tool: &str,
+    login: &LoginRequest,
+    cx: &RequestContext<RoleServer>,
+) -> Result<String, CallToolResult> {
+    let ends = |why: &str| {
+        failed(format!(
+            "The call waits for a browser login at {} ({}), and {why}: it ended here without \
+             going on.",
+            login.url, login.reason
+        ))
+    };
+    if !opens_links(cx) {
+        return Err(ends(
+            "this MCP client cannot be sent to a page (it declared no URL elicitation)",
+        ));
+    }
+    let Some(mut wait) = logins.open(tool, login) else {
+        return Err(ends("too many logins wait on this server now"));
+    };
+    let link = ElicitRequestParams::UrlElicitationParams {
+        meta: None,
+        message: format!(
+            "{tool} needs you to log in at {} ({}). The page opens on maestro serve: it shows \
+             the site's login link and takes the session there, so the session never passes \
+             through this client.",
+            login.url, login.reason
+        ),
+        url: format!("{server}/logins/{}", wait.id),
+        elicitation_id: wait.id.clone(),
+    };
+    match cx.peer.create_elicitation(link).await {
+        Ok(reply) if reply.action == ElicitationAction::Accept => {}
+        Ok(reply) if reply.action == ElicitationAction::Decline => {
+            return Err(ends("the person declined to log in"));
+        }
+        Ok(_) => return Err(ends("the person dismissed the link")),
+        Err(error) => return Err(ends(&format!("the client could not be asked ({error})"))),
+    }
+    let Some(session) = wait.session().await else {
+        return Err(ends(&format!(
+            "no session was given on its page within {} minutes",
+            LOGIN_WAIT.as_secs() / 60
+        )));
+    };
+    elicitation_done(cx, &wait.id).await;
+    Ok(session)
+}
+
+/// Tells the client that the out-of-band step its URL elicitation `id` sent the person to is
+/// done (revision 2025-11-25's `notifications/elicitation/complete`), so it can close what it
+/// showed for the link. A client gone meanwhile misses nothing: the call's result follows.
+pub(super) async fn elicitation_done(cx: &RequestContext<RoleServer>, id: &str) {
+    let done = CustomNotification::new(
+        "notifications/elicitation/complete",
+        Some(serde_json::json!({ "elicitationId": id })),
+    );
+    if let Err(error) = (cx.peer)
+        .send_notification(ServerNotification::CustomNotification(done))
+        .await
+    {
+        tracing::debug!(%error, "the client did not take notifications/elicitation/complete");
+    }
+}
+
+/// The address of this server (`http://host:port`) as the request named it; the guard let
+/// only this server's own `Host` through. `None` over stdio.
+pub(super) fn server_address(cx: &RequestContext<RoleServer>) -> Option<String> {
+    cx.extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.headers.get(http::header::HOST))
+        .and_then(|host| host.to_str().ok())
+        .map(|host| format!("http://{host}"))
 }
 
 /// The client's reply to the question of the state it sent back.

@@ -15,9 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult, CustomNotification,
-    DetailedTask, ElicitResult, ElicitationAction, GetTaskParams, ServerNotification, Tool,
-    UpdateTaskParams,
+    CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult, DetailedTask, ElicitResult,
+    ElicitationAction, GetTaskParams, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -274,7 +273,7 @@ impl Jobs {
             if let Some(done) = opened_here.take_if(|login| waits_for != Some(login.wait))
                 && let Some(cx) = cx
             {
-                login_done(cx, &done).await;
+                super::calls::elicitation_done(cx, &done.elicitation_id).await;
             }
             match status {
                 JobStatus::Completed => {
@@ -512,22 +511,6 @@ fn store_error(error: StoreError) -> ErrorData {
     match error {
         StoreError::NotFound(_) => ErrorData::invalid_params(error.to_string(), None),
         _ => ErrorData::internal_error(error.to_string(), None),
-    }
-}
-
-/// Tells the client that the login it sent the person to is done (revision 2025-11-25's
-/// `notifications/elicitation/complete`), so it can close what it showed for the link. A client
-/// gone meanwhile misses nothing: the call's result follows.
-async fn login_done(cx: &RequestContext<RoleServer>, login: &JobLogin) {
-    let done = CustomNotification::new(
-        "notifications/elicitation/complete",
-        Some(json!({ "elicitationId": login.elicitation_id })),
-    );
-    if let Err(error) = (cx.peer)
-        .send_notification(ServerNotification::CustomNotification(done))
-        .await
-    {
-        tracing::debug!(%error, "the client did not take notifications/elicitation/complete");
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod calls;
 mod jobs;
+mod logins;
 mod parks;
 mod rounds;
 mod server;
@@ -19,6 +20,7 @@ mod tasks;
 mod waits;
 
 pub use jobs::{Changed, FOLLOW_FOR, Jobs};
+pub use logins::{LoginRefusal, LoginView, Logins};
 pub use rounds::{Caller, Sealer};
 pub use server::ToolServer;
 

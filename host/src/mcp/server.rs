@@ -21,6 +21,7 @@ use tokio::sync::broadcast;
 use tracing::Instrument as _;
 
 use super::jobs::Jobs;
+use super::logins::Logins;
 use super::rounds::{Caller, Sealer};
 use super::waits::JobPages;
 use crate::engine::CatalogSlot;
@@ -41,6 +42,8 @@ pub struct ToolServer {
     pub(super) versions: Option<Arc<dyn Versions>>,
     /// The jobs of the process, whose pieces are tools too (only where jobs run: `serve`).
     jobs: Option<Arc<Jobs>>,
+    /// The browser logins calls wait for, done on pages of this server (only in `serve`).
+    pub(super) logins: Option<Arc<Logins>>,
 }
 
 impl ToolServer {
@@ -53,7 +56,15 @@ impl ToolServer {
             sealer: Arc::new(sealer),
             versions: None,
             jobs: None,
+            logins: None,
         }
+    }
+
+    /// Has a call that waits for a browser login send the person to a page of this server,
+    /// which gives the session to `logins`.
+    pub fn with_logins(mut self, logins: Arc<Logins>) -> Self {
+        self.logins = Some(logins);
+        self
     }
 
     /// Offers the pieces of `jobs` as tools, and their jobs as tasks.
@@ -287,13 +298,7 @@ impl ToolServer {
 /// Where a person settles what job `job` waits for: pages of this server, at the address the
 /// request came to (the guard let only this server's own `Host` through), or only its id.
 fn page_of(cx: &RequestContext<RoleServer>, job: &str) -> JobPages {
-    let server = cx
-        .extensions
-        .get::<http::request::Parts>()
-        .and_then(|parts| parts.headers.get(http::header::HOST))
-        .and_then(|host| host.to_str().ok())
-        .map(|host| format!("http://{host}"));
-    JobPages::new(server, job)
+    JobPages::new(super::calls::server_address(cx), job)
 }
 
 /// The span of one `tools/call`, named and described as OpenTelemetry's conventions for MCP

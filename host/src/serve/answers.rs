@@ -1,21 +1,26 @@
 //! The routes by which a human (or a client) answers a waiting job — a question, a login, an
-//! approval or denial, a piece chosen, an intake, a review — or cancels it.
+//! approval or denial, a piece chosen, an intake, a review — or cancels it; and the login an MCP
+//! tool call waits for (`/v1/logins/{id}`).
 //!
 //! Invariant: every answer goes through the store's `answer`, which checks it against the job's
 //! wait and its session and records it once, so two clients answering one wait get one success
-//! and one `409`; a verdict names the wait it settles. A job made runnable wakes one runner.
+//! and one `409`; a verdict names the wait it settles. A job made runnable wakes one runner. A
+//! call's login takes its session once, and only while its call waits.
 
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde_json::json;
 
-use super::api::{ApiResult, AppState, Body, Shared};
+use super::api::{ApiError, ApiResult, AppState, Body, Shared};
 use super::bodies::{
     AcceptBody, AnswerBody, ApproveBody, CancelBody, ChooseBody, DenyBody, IntakeBody, LoginBody,
-    RejectBody, ReviseBody,
+    RejectBody, ReviseBody, SessionBody,
 };
 use tokio::sync::Notify;
 
 use super::live::{Hub, Notice};
 use crate::engine::{Answer, EngineAnswer, HumanVerdict, JobStatus};
+use crate::mcp::LoginRefusal;
 use crate::plugin::Resume;
 
 pub(super) async fn answer(
@@ -97,6 +102,34 @@ pub(super) async fn login(
             body.wait.map(|park| park.0),
         )
         .await
+}
+
+/// What the page of an MCP call's login shows: the site's login link, why, and the tool.
+pub(super) async fn call_login(State(state): Shared, Path(id): Path<String>) -> ApiResult {
+    let view = state.logins.view(&id).map_err(login_refused)?;
+    Ok(axum::Json(json!(view)))
+}
+
+/// Gives an MCP call's login its session: the call goes on with it.
+pub(super) async fn give_call_login(
+    State(state): Shared,
+    Path(id): Path<String>,
+    Body(body): Body<SessionBody>,
+) -> ApiResult {
+    state
+        .logins
+        .give(&id, &body.session)
+        .map_err(login_refused)?;
+    Ok(axum::Json(json!({ "taken": true })))
+}
+
+fn login_refused(refusal: LoginRefusal) -> ApiError {
+    match refusal {
+        LoginRefusal::Unknown => {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", refusal.to_string())
+        }
+        LoginRefusal::Blank => ApiError::bad_request(format!("session: {refusal}")),
+    }
 }
 
 pub(super) async fn approve(

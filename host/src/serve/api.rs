@@ -50,6 +50,8 @@ pub struct AppState {
     /// One permit per open event stream (`/v1/events`, a job's events).
     pub streams: Arc<tokio::sync::Semaphore>,
     pub metrics: Exporter,
+    /// The browser logins MCP tool calls wait for, done on `/logins/{id}`.
+    pub logins: Arc<crate::mcp::Logins>,
     /// The tools over MCP (`/mcp`), and what ends its sessions.
     pub mcp: crate::mcp::ToolServer,
     pub mcp_stop: tokio_util::sync::CancellationToken,
@@ -83,6 +85,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/jobs/{id}/revise", json_post(answers::revise))
         .route("/jobs/{id}/artifacts", get(artifacts))
         .route("/jobs/{id}/graph", get(super::job_graph::job_graph))
+        .route(
+            "/logins/{id}",
+            get(answers::call_login).merge(json_post(answers::give_call_login)),
+        )
         .route("/inbox", get(inbox))
         .route("/events", get(events))
         .fallback(no_such_endpoint)

@@ -61,6 +61,13 @@ pub struct LoginBody {
     pub wait: Option<Park>,
 }
 
+/// The session of an MCP call's login (`POST /v1/logins/{id}`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionBody {
+    pub session: String,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApproveBody {
@@ -135,6 +142,12 @@ impl RequestBody for LoginBody {
     }
 }
 
+impl RequestBody for SessionBody {
+    fn check(&self) -> Result<(), ApiError> {
+        not_blank(&self.session, "session: must not be empty")
+    }
+}
+
 impl RequestBody for DenyBody {
     fn check(&self) -> Result<(), ApiError> {
         not_blank(
@@ -170,13 +183,14 @@ pub struct StartJob {
 impl RequestBody for StartJob {}
 
 /// The `POST` routes [`check_request_body`] knows, by the names it takes.
-pub const ROUTES_WITH_BODIES: [&str; 11] = [
+pub const ROUTES_WITH_BODIES: [&str; 12] = [
     "jobs", "answer", "login", "approve", "deny", "cancel", "choose", "intake", "accept", "reject",
-    "revise",
+    "revise", "logins",
 ];
 
 /// Parses and checks `bytes` as the body of the `POST` route named `route` (`jobs` for
-/// `/v1/jobs`, else the last segment of `/v1/jobs/{id}/…`), as the route does; `None` for a
+/// `/v1/jobs`, `logins` for `/v1/logins/{id}`, else the last segment of `/v1/jobs/{id}/…`), as
+/// the route does; `None` for a
 /// route that takes no body. For the fuzz targets.
 pub fn check_request_body(route: &str, bytes: &[u8]) -> Option<Result<(), String>> {
     fn parse<T: RequestBody>(bytes: &[u8]) -> Result<(), String> {
@@ -196,6 +210,7 @@ pub fn check_request_body(route: &str, bytes: &[u8]) -> Option<Result<(), String
         "accept" => parse::<AcceptBody>(bytes),
         "reject" => parse::<RejectBody>(bytes),
         "revise" => parse::<ReviseBody>(bytes),
+        "logins" => parse::<SessionBody>(bytes),
         _ => return None,
     })
 }

@@ -135,9 +135,11 @@ pub async fn start(
         store.clone(),
         mcp::job_changes(hub.clone(), wake.clone()),
     )?;
+    let logins = Arc::new(crate::mcp::Logins::default());
     let tools = crate::mcp::ToolServer::new(plugins.slot().clone(), sealer)
         .with_versions(plugins.clone())
-        .with_jobs(Arc::new(jobs));
+        .with_jobs(Arc::new(jobs))
+        .with_logins(logins.clone());
     let announcing = tokio::spawn(mcp::tell_mcp(hub.clone(), tools.clone()));
     let mcp_stop = tokio_util::sync::CancellationToken::new();
     let state = Arc::new(AppState {
@@ -151,6 +153,7 @@ pub async fn start(
         max_upload_bytes: settings.max_upload_bytes,
         streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
         metrics,
+        logins,
         mcp: tools,
         mcp_stop: mcp_stop.clone(),
     });

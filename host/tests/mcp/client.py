@@ -44,6 +44,9 @@ Usage:
                                                       waits for a browser login; print the
                                                       link the client is sent to, open it
                                                       (accept), and print the call's result
+  client.py login-plain URL TOKEN PAGE                2025-11-25: call the tool BrowseWeb on
+                                                      PAGE, which needs a login; print the
+                                                      link, open it (accept), print the result
   client.py task-open URL TOKEN PIECE                 2026-07-28 with the tasks extension: call
                                                       the piece, poll until the task asks,
                                                       open its link (tasks/update accept),
@@ -513,6 +516,35 @@ async def login_in_call():
                     "completed": completed}
 
 
+async def login_plain():
+    """2025-11-25: call a plugin's tool that hits a login wall; open the link it sends."""
+    url, token, page = ARGS
+    links = []
+    completed = []
+    heard = anyio.Event()
+
+    async def open_link(context, params):
+        links.append({"mode": params.mode, "message": params.message, "url": getattr(params, "url", None),
+                      "elicitation_id": getattr(params, "elicitation_id", None)})
+        # The person opens the page: the test logs in there.
+        print(json.dumps(links[-1]), flush=True)
+        return types.ElicitResult(action="accept")
+
+    async def on_message(message):
+        if isinstance(message, types.ElicitCompleteNotification):
+            completed.append(message.params.elicitation_id)
+            heard.set()
+
+    async with over_http(url, token) as http_client:
+        target = streamable_http_client(url, http_client=http_client)
+        async with Client(target, mode="legacy", elicitation_callback=open_link, message_handler=on_message) as client:
+            done = result(await client.call_tool("BrowseWeb", {"url": page}))
+            with anyio.move_on_after(30):
+                await heard.wait()
+            return {"protocol_version": client.protocol_version, "links": links, "result": done,
+                    "completed": completed}
+
+
 async def task_open():
     url, token, piece = ARGS
     async with over_http(url, token) as http_client:
@@ -529,7 +561,7 @@ async def main():
     scenarios = {
         "tour": tour, "gate": gate, "http": http, "rounds": rounds, "ask": ask, "answer": answer,
         "pieces": pieces, "task-ask": task_ask, "task-answer": task_answer, "task-wait": task_wait,
-        "task-run": task_run, "login-in-call": login_in_call, "task-open": task_open,
+        "task-run": task_run, "login-in-call": login_in_call, "login-plain": login_plain, "task-open": task_open,
         "traced": traced,
     }
     print(json.dumps(await scenarios[SCENARIO]()))

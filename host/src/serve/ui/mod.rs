@@ -1,4 +1,5 @@
-//! The web pages: the inbox (`/`) and a job's page (`/jobs/{id}`). Each is one HTML file with
+//! The web pages: the inbox (`/`), a job's page (`/jobs/{id}`) and the page where the login an
+//! MCP tool call waits for is done (`/logins/{id}`). Each is one HTML file with
 //! one inline style and one inline script, into which the pages' shared stylesheet and script
 //! (`common.css`, `common.js`) are put when the server starts.
 //!
@@ -21,12 +22,14 @@ const COMMON_JS: &str = include_str!("common.js");
 
 static INBOX: LazyLock<Page> = LazyLock::new(|| Page::assemble(include_str!("inbox.html")));
 static JOB: LazyLock<Page> = LazyLock::new(|| Page::assemble(include_str!("job.html")));
+static LOGIN: LazyLock<Page> = LazyLock::new(|| Page::assemble(include_str!("login.html")));
 
 pub(super) fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/", get(|| async { INBOX.response() }))
         // The page reads the job's id from its own address.
         .route("/jobs/{id}", get(|| async { JOB.response() }))
+        .route("/logins/{id}", get(|| async { LOGIN.response() }))
 }
 
 /// A page as served, and the policy that lets it run.
@@ -83,7 +86,7 @@ mod tests {
 
     #[test]
     fn every_page_gets_the_shared_parts_and_keeps_one_script_and_one_style() {
-        for page in [&*INBOX, &*JOB] {
+        for page in [&*INBOX, &*JOB, &*LOGIN] {
             assert!(!page.html.contains("/*@common"), "a marker is left");
             assert!(page.html.contains("function follow("));
             assert!(page.html.contains("--accent"));
