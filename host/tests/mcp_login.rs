@@ -28,12 +28,18 @@ fn job_of_link(link: &str, server: &TestServer) -> String {
         .to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which_takes_the_session()
-{
-    let (_site, server, private) = reading_server().await;
+/// Starts the Python client with `args` and reads the link it printed first (a URL
+/// elicitation naming `private`, the page behind the login), leaving the rest of its output.
+fn client_sent_to_a_link(
+    args: &[&str],
+    private: &str,
+) -> (
+    std::process::Child,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+    String,
+) {
     let mut client = McpSdk::Python
-        .command(&["login-in-call", &server.url("/mcp"), TOKEN, "read"])
+        .command(args)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -42,18 +48,15 @@ async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which
     let link: Value = serde_json::from_str(&first.unwrap().unwrap()).unwrap();
     assert_eq!(link["mode"], "url", "{link}");
     let message = link["message"].as_str().unwrap();
-    assert!(message.contains(&private), "{message}");
+    assert!(message.contains(private), "{message}");
     let url = link["url"].as_str().unwrap().to_owned();
-    let job = job_of_link(&url, &server);
-    let waiting = server.get(&format!("/v1/jobs/{job}")).await;
-    assert_eq!(waiting["wait"]["reason"], "browser_login", "{waiting}");
+    (client, lines, url)
+}
 
-    // The person opens the link, gives the page their API token, and logs in on the job's card.
-    let driver = Chromedriver::start();
-    let page = browser(&driver).await;
-    page.goto(&url).await.unwrap();
-    let wait = || page.wait().at_most(STATE_WAIT);
-    wait()
+/// Gives the page open in `page` the API token, as a person does on a page of the server.
+async fn give_token(page: &fantoccini::Client) {
+    page.wait()
+        .at_most(STATE_WAIT)
         .for_element(Locator::Css("#token-form input[name='token']"))
         .await
         .unwrap()
@@ -66,6 +69,46 @@ async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which
         .click()
         .await
         .unwrap();
+}
+
+/// What the client printed last, once it ended well: what it saw.
+fn client_saw(
+    mut client: std::process::Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    server: &TestServer,
+) -> Value {
+    let rest: Vec<String> = tokio::task::block_in_place(|| lines.map(Result::unwrap).collect());
+    let exit = tokio::task::block_in_place(|| client.wait().unwrap());
+    assert!(
+        exit.success(),
+        "the client failed: {rest:?}\n{}",
+        server.log()
+    );
+    let said = rest.last().unwrap();
+    assert!(
+        !said.contains(SESSION),
+        "the session passed the client: {said}"
+    );
+    serde_json::from_str(said).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which_takes_the_session()
+{
+    let (_site, server, private) = reading_server().await;
+    let mcp = server.url("/mcp");
+    let (client, lines, url) =
+        client_sent_to_a_link(&["login-in-call", &mcp, TOKEN, "read"], &private);
+    let job = job_of_link(&url, &server);
+    let waiting = server.get(&format!("/v1/jobs/{job}")).await;
+    assert_eq!(waiting["wait"]["reason"], "browser_login", "{waiting}");
+
+    // The person opens the link, gives the page their API token, and logs in on the job's card.
+    let driver = Chromedriver::start();
+    let page = browser(&driver).await;
+    page.goto(&url).await.unwrap();
+    let wait = || page.wait().at_most(STATE_WAIT);
+    give_token(&page).await;
     let card = wait()
         .for_element(Locator::Css(&format!("article.linked[data-job='{job}']")))
         .await
@@ -89,19 +132,7 @@ async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which
         .unwrap();
 
     // The call that sent the person there ends with the job's result.
-    let rest: Vec<String> = tokio::task::block_in_place(|| lines.map(Result::unwrap).collect());
-    let exit = tokio::task::block_in_place(|| client.wait().unwrap());
-    assert!(
-        exit.success(),
-        "the client failed: {rest:?}\n{}",
-        server.log()
-    );
-    let said = rest.last().unwrap();
-    assert!(
-        !said.contains(SESSION),
-        "the session passed the client: {said}"
-    );
-    let seen: Value = serde_json::from_str(said).unwrap();
+    let seen = client_saw(client, lines, &server);
     assert_eq!(seen["protocol_version"], "2025-11-25");
     assert_eq!(seen["links"].as_array().unwrap().len(), 1, "{seen}");
     // Once the page took the session, the client hears that the link's login is done.
@@ -121,18 +152,9 @@ async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which
 async fn a_tool_called_over_mcp_that_hits_a_login_wall_sends_the_person_to_a_page_that_takes_the_session()
  {
     let (_site, server, private) = reading_server().await;
-    let mut client = McpSdk::Python
-        .command(&["login-plain", &server.url("/mcp"), TOKEN, &private])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
-    let first = tokio::task::block_in_place(|| lines.next());
-    let link: Value = serde_json::from_str(&first.unwrap().unwrap()).unwrap();
-    assert_eq!(link["mode"], "url", "{link}");
-    let message = link["message"].as_str().unwrap();
-    assert!(message.contains(&private), "{message}");
-    let url = link["url"].as_str().unwrap().to_owned();
+    let mcp = server.url("/mcp");
+    let (client, lines, url) =
+        client_sent_to_a_link(&["login-plain", &mcp, TOKEN, &private], &private);
     let id = url
         .strip_prefix(&server.url("/logins/"))
         .unwrap_or_else(|| panic!("not a login page of this server: {url}"))
@@ -145,19 +167,7 @@ async fn a_tool_called_over_mcp_that_hits_a_login_wall_sends_the_person_to_a_pag
     let page = browser(&driver).await;
     page.goto(&url).await.unwrap();
     let wait = || page.wait().at_most(STATE_WAIT);
-    wait()
-        .for_element(Locator::Css("#token-form input[name='token']"))
-        .await
-        .unwrap()
-        .send_keys(TOKEN)
-        .await
-        .unwrap();
-    page.find(Locator::Css("#token-form button[type='submit']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    give_token(&page).await;
     let site_link = wait()
         .for_element(Locator::Css("#login:not([hidden]) a.login-url"))
         .await
@@ -184,19 +194,7 @@ async fn a_tool_called_over_mcp_that_hits_a_login_wall_sends_the_person_to_a_pag
         .expect("the page says the call took the session");
 
     // The call goes on with the session and reads the page; the client hears the login is done.
-    let rest: Vec<String> = tokio::task::block_in_place(|| lines.map(Result::unwrap).collect());
-    let exit = tokio::task::block_in_place(|| client.wait().unwrap());
-    assert!(
-        exit.success(),
-        "the client failed: {rest:?}\n{}",
-        server.log()
-    );
-    let said = rest.last().unwrap();
-    assert!(
-        !said.contains(SESSION),
-        "the session passed the client: {said}"
-    );
-    let seen: Value = serde_json::from_str(said).unwrap();
+    let seen = client_saw(client, lines, &server);
     assert_eq!(seen["protocol_version"], "2025-11-25");
     assert_eq!(
         seen["result"]["is_error"],

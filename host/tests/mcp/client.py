@@ -487,8 +487,10 @@ async def task_run():
     return seen
 
 
-async def login_in_call():
-    url, token, piece = ARGS
+async def open_links_and_call(tool, arguments):
+    """2025-11-25: call `tool`; print each link it sends the person to and open it (accept);
+    then the call's result and the links whose step the server said was done."""
+    url, token = ARGS[0], ARGS[1]
     links = []
     completed = []
     heard = anyio.Event()
@@ -508,7 +510,7 @@ async def login_in_call():
     async with over_http(url, token) as http_client:
         target = streamable_http_client(url, http_client=http_client)
         async with Client(target, mode="legacy", elicitation_callback=open_link, message_handler=on_message) as client:
-            done = result(await client.call_tool(piece, PIECE_INPUT))
+            done = result(await client.call_tool(tool, arguments))
             # Over HTTP the notification comes on the session's own stream, not the call's.
             with anyio.move_on_after(30):
                 await heard.wait()
@@ -516,33 +518,12 @@ async def login_in_call():
                     "completed": completed}
 
 
+async def login_in_call():
+    return await open_links_and_call(ARGS[2], PIECE_INPUT)
+
+
 async def login_plain():
-    """2025-11-25: call a plugin's tool that hits a login wall; open the link it sends."""
-    url, token, page = ARGS
-    links = []
-    completed = []
-    heard = anyio.Event()
-
-    async def open_link(context, params):
-        links.append({"mode": params.mode, "message": params.message, "url": getattr(params, "url", None),
-                      "elicitation_id": getattr(params, "elicitation_id", None)})
-        # The person opens the page: the test logs in there.
-        print(json.dumps(links[-1]), flush=True)
-        return types.ElicitResult(action="accept")
-
-    async def on_message(message):
-        if isinstance(message, types.ElicitCompleteNotification):
-            completed.append(message.params.elicitation_id)
-            heard.set()
-
-    async with over_http(url, token) as http_client:
-        target = streamable_http_client(url, http_client=http_client)
-        async with Client(target, mode="legacy", elicitation_callback=open_link, message_handler=on_message) as client:
-            done = result(await client.call_tool("BrowseWeb", {"url": page}))
-            with anyio.move_on_after(30):
-                await heard.wait()
-            return {"protocol_version": client.protocol_version, "links": links, "result": done,
-                    "completed": completed}
+    return await open_links_and_call("BrowseWeb", {"url": ARGS[2]})
 
 
 async def task_open():
