@@ -71,7 +71,8 @@ async fn give_token(page: &fantoccini::Client) {
         .unwrap();
 }
 
-/// What the client printed last, once it ended well: what it saw.
+/// What the client printed last, once it ended well: what it saw (the session nowhere in
+/// anything the client printed, the server's messages besides the result included).
 fn client_saw(
     mut client: std::process::Child,
     lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
@@ -84,12 +85,15 @@ fn client_saw(
         "the client failed: {rest:?}\n{}",
         server.log()
     );
-    let said = rest.last().unwrap();
-    assert!(
-        !said.contains(SESSION),
-        "the session passed the client: {said}"
-    );
-    serde_json::from_str(said).unwrap()
+    for said in &rest {
+        assert!(
+            !said.contains(SESSION),
+            "the session passed the client: {said}"
+        );
+    }
+    let seen: Value = serde_json::from_str(rest.last().unwrap()).unwrap();
+    assert!(seen["messages"].is_array(), "what the server sent: {seen}");
+    seen
 }
 
 #[tokio::test(flavor = "multi_thread")]

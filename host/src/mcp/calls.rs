@@ -288,8 +288,9 @@ async fn login_live(
             "this MCP client cannot be sent to a page (it declared no URL elicitation)",
         ));
     }
-    let Some(mut wait) = logins.open(tool, login) else {
-        return Err(ends("too many logins wait on this server now"));
+    let mut wait = match logins.open(tool, login, &super::server::caller(cx)) {
+        Ok(wait) => wait,
+        Err(refusal) => return Err(ends(&refusal.to_string())),
     };
     let link = ElicitRequestParams::UrlElicitationParams {
         meta: None,
@@ -302,19 +303,25 @@ async fn login_live(
         url: format!("{server}/logins/{}", wait.id),
         elicitation_id: wait.id.clone(),
     };
-    match cx.peer.create_elicitation(link).await {
-        Ok(reply) if reply.action == ElicitationAction::Accept => {}
-        Ok(reply) if reply.action == ElicitationAction::Decline => {
-            return Err(ends("the person declined to log in"));
-        }
-        Ok(_) => return Err(ends("the person dismissed the link")),
-        Err(error) => return Err(ends(&format!("the client could not be asked ({error})"))),
-    }
-    let Some(session) = wait.session().await else {
-        return Err(ends(&format!(
+    let waited = || {
+        ends(&format!(
             "no session was given on its page within {} minutes",
             LOGIN_WAIT.as_secs() / 60
-        )));
+        ))
+    };
+    match wait.before_deadline(cx.peer.create_elicitation(link)).await {
+        Some(Ok(reply)) if reply.action == ElicitationAction::Accept => {}
+        Some(Ok(reply)) if reply.action == ElicitationAction::Decline => {
+            return Err(ends("the person declined to log in"));
+        }
+        Some(Ok(_)) => return Err(ends("the person dismissed the link")),
+        Some(Err(error)) => {
+            return Err(ends(&format!("the client could not be asked ({error})")));
+        }
+        None => return Err(waited()),
+    }
+    let Some(session) = wait.session().await else {
+        return Err(waited());
     };
     elicitation_done(cx, &wait.id).await;
     Ok(session)
@@ -336,8 +343,9 @@ pub(super) async fn elicitation_done(cx: &RequestContext<RoleServer>, id: &str) 
     }
 }
 
-/// The address of this server (`http://host:port`) as the request named it; the guard let
-/// only this server's own `Host` through. `None` over stdio.
+/// The address of this server (`http://host:port`) as the request's `Host` named it (checked
+/// by the guard on a server without tokens; with tokens, the caller's own choice, sent back to
+/// it). `None` over stdio.
 pub(super) fn server_address(cx: &RequestContext<RoleServer>) -> Option<String> {
     cx.extensions
         .get::<http::request::Parts>()

@@ -3,17 +3,21 @@
 //! fresh id, which shows the site's login link and takes the session there, so a session never
 //! passes through the client or the model.
 //!
-//! Invariant: a login is known only by an id of 128 random bits, given to the one call that
-//! waits for it; its session goes to that call and to nothing else, once; a login is forgotten
-//! when its session is given, when its call stops waiting, or after [`LOGIN_WAIT`]. At most
-//! [`MAX_PENDING`] wait at once.
+//! Invariant: a login is known only by an id of 128 random bits, which only its call and the
+//! client it sent the link to hold; its session goes to that call and to nothing else, once; a
+//! login is forgotten when its session is given, when its call stops waiting, or at its
+//! deadline, [`LOGIN_WAIT`] after it was opened, which bounds the call's whole wait (the link
+//! answered included). At most [`MAX_PENDING`] wait at once, [`MAX_PER_CALLER`] of one caller.
+//! Logins live in the process that serves the call: a page of another node does not know them.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
+use super::rounds::Caller;
 use crate::plugin::LoginRequest;
 
 /// How long a call waits for the session of its login.
@@ -21,6 +25,9 @@ pub const LOGIN_WAIT: Duration = Duration::from_secs(600);
 
 /// Logins that may wait at once: a bound on what callers can make this process hold.
 pub const MAX_PENDING: usize = 1024;
+
+/// Logins one caller (one token) may have waiting at once, so that one cannot take them all.
+pub const MAX_PER_CALLER: usize = 16;
 
 /// What the login page shows of a login.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -42,16 +49,32 @@ pub enum LoginRefusal {
     Blank,
 }
 
+/// Why no login could be opened for a call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no login could wait on this server now: {0}")]
+pub struct NoRoom(&'static str);
+
 struct Pending {
     view: LoginView,
+    caller: Caller,
     session: oneshot::Sender<String>,
     until: Instant,
 }
 
 /// The logins calls of this process wait for.
-#[derive(Default)]
 pub struct Logins {
     pending: Mutex<HashMap<String, Pending>>,
+    /// [`LOGIN_WAIT`]; tests shorten it.
+    wait: Duration,
+}
+
+impl Default for Logins {
+    fn default() -> Self {
+        Self {
+            pending: Mutex::default(),
+            wait: LOGIN_WAIT,
+        }
+    }
 }
 
 /// A call's wait for the session of its login; the login is forgotten when it is dropped.
@@ -59,21 +82,37 @@ pub struct LoginWait<'a> {
     logins: &'a Logins,
     pub id: String,
     session: oneshot::Receiver<String>,
+    until: Instant,
 }
 
 impl Logins {
-    /// A login `tool` waits for, `None` when [`MAX_PENDING`] wait already.
-    pub fn open(&self, tool: &str, login: &LoginRequest) -> Option<LoginWait<'_>> {
+    /// A login a call of `tool` by `caller` waits for.
+    pub fn open(
+        &self,
+        tool: &str,
+        login: &LoginRequest,
+        caller: &Caller,
+    ) -> Result<LoginWait<'_>, NoRoom> {
         let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).ok()?;
+        getrandom::fill(&mut bytes)
+            .map_err(|_| NoRoom("the system gave no random bytes for its id"))?;
         let id: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
         let (sender, session) = oneshot::channel();
         let mut pending = self.lock();
         let now = Instant::now();
         pending.retain(|_, login| login.until > now && !login.session.is_closed());
         if pending.len() >= MAX_PENDING {
-            return None;
+            return Err(NoRoom("as many as the server allows wait"));
         }
+        if pending
+            .values()
+            .filter(|login| login.caller == *caller)
+            .count()
+            >= MAX_PER_CALLER
+        {
+            return Err(NoRoom("as many as one caller may have wait"));
+        }
+        let until = now + self.wait;
         let view = LoginView {
             url: login.url.clone(),
             reason: login.reason.clone(),
@@ -83,14 +122,16 @@ impl Logins {
             id.clone(),
             Pending {
                 view,
+                caller: caller.clone(),
                 session: sender,
-                until: now + LOGIN_WAIT,
+                until,
             },
         );
-        Some(LoginWait {
+        Ok(LoginWait {
             logins: self,
             id,
             session,
+            until,
         })
     }
 
@@ -126,9 +167,17 @@ impl Logins {
 }
 
 impl LoginWait<'_> {
-    /// The session, once the page took it; `None` after [`LOGIN_WAIT`].
+    /// `step` (sending the person the link, say), unless the login's deadline comes first.
+    pub async fn before_deadline<T>(
+        &self,
+        step: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        tokio::time::timeout_at(self.until, step).await.ok()
+    }
+
+    /// The session, once the page took it; `None` at the login's deadline.
     pub async fn session(&mut self) -> Option<String> {
-        tokio::time::timeout(LOGIN_WAIT, &mut self.session)
+        tokio::time::timeout_at(self.until, &mut self.session)
             .await
             .ok()?
             .ok()
@@ -152,10 +201,14 @@ mod tests {
         }
     }
 
+    fn alice() -> Caller {
+        Caller::with_token("alice-token-0123456789")
+    }
+
     #[tokio::test]
     async fn a_session_given_on_the_page_reaches_the_waiting_call_once() {
         let logins = Logins::default();
-        let mut wait = logins.open("BrowseWeb", &login()).unwrap();
+        let mut wait = logins.open("BrowseWeb", &login(), &alice()).unwrap();
         assert_eq!(wait.id.len(), 32);
         let view = logins.view(&wait.id).unwrap();
         assert_eq!(view.url, "https://bank.test/login");
@@ -171,9 +224,9 @@ mod tests {
     #[test]
     fn a_login_whose_call_stopped_waiting_is_forgotten() {
         let logins = Logins::default();
-        let wait = logins.open("BrowseWeb", &login()).unwrap();
+        let wait = logins.open("BrowseWeb", &login(), &alice()).unwrap();
         let id = wait.id.clone();
-        let other = logins.open("BrowseWeb", &login()).unwrap();
+        let other = logins.open("BrowseWeb", &login(), &alice()).unwrap();
         assert_ne!(other.id, id, "each login its own id");
         drop(wait);
         assert_eq!(logins.view(&id), Err(LoginRefusal::Unknown));
@@ -182,13 +235,51 @@ mod tests {
     }
 
     #[test]
-    fn no_more_than_max_pending_wait_at_once() {
+    fn no_more_than_max_pending_wait_at_once_and_no_caller_takes_them_all() {
         let logins = Logins::default();
-        let held: Vec<LoginWait<'_>> = (0..MAX_PENDING)
-            .map(|_| logins.open("BrowseWeb", &login()).unwrap())
+        let mine: Vec<LoginWait<'_>> = (0..MAX_PER_CALLER)
+            .map(|_| logins.open("BrowseWeb", &login(), &alice()).unwrap())
             .collect();
-        assert!(logins.open("BrowseWeb", &login()).is_none());
-        drop(held);
-        assert!(logins.open("BrowseWeb", &login()).is_some());
+        let full = logins.open("BrowseWeb", &login(), &alice()).err();
+        assert_eq!(full, Some(NoRoom("as many as one caller may have wait")));
+        let held: Vec<LoginWait<'_>> = (MAX_PER_CALLER..MAX_PENDING)
+            .map(|n| {
+                let caller = Caller::with_token(&format!("token-{n}"));
+                logins.open("BrowseWeb", &login(), &caller).unwrap()
+            })
+            .collect();
+        let full = logins
+            .open("BrowseWeb", &login(), &Caller::anonymous())
+            .err();
+        assert_eq!(full, Some(NoRoom("as many as the server allows wait")));
+        drop((mine, held));
+        assert!(logins.open("BrowseWeb", &login(), &alice()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_deadline_set_when_the_login_opened_bounds_the_whole_wait() {
+        let logins = Logins {
+            wait: Duration::from_secs(2),
+            ..Logins::default()
+        };
+        let mut wait = logins.open("BrowseWeb", &login(), &alice()).unwrap();
+        // The link took most of the time to be answered: a quarter is left for the session,
+        // where a wait counted from the answer would have the whole two seconds again.
+        let answered = wait.before_deadline(tokio::time::sleep(Duration::from_millis(1_500)));
+        assert!(answered.await.is_some());
+        let started = Instant::now();
+        assert_eq!(wait.session().await, None);
+        assert!(
+            started.elapsed() < Duration::from_millis(1_500),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            logins.view(&wait.id),
+            Err(LoginRefusal::Unknown),
+            "the page refuses it too"
+        );
+        let never = wait.before_deadline(std::future::pending::<()>());
+        assert!(never.await.is_none(), "nothing waits past the deadline");
     }
 }

@@ -296,7 +296,7 @@ impl ToolServer {
 }
 
 /// Where a person settles what job `job` waits for: pages of this server, at the address the
-/// request came to (the guard let only this server's own `Host` through), or only its id.
+/// request came to (see `calls::server_address`), or only its id.
 fn page_of(cx: &RequestContext<RoleServer>, job: &str) -> JobPages {
     JobPages::new(super::calls::server_address(cx), job)
 }
@@ -324,7 +324,7 @@ fn call_span(tool: &str, cx: &RequestContext<RoleServer>) -> tracing::Span {
 }
 
 /// Who makes the request: whom the HTTP layer identified, else the client of the connection.
-fn caller(cx: &RequestContext<RoleServer>) -> Caller {
+pub(super) fn caller(cx: &RequestContext<RoleServer>) -> Caller {
     cx.extensions
         .get::<http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<Caller>())

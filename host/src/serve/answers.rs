@@ -2,10 +2,11 @@
 //! approval or denial, a piece chosen, an intake, a review — or cancels it; and the login an MCP
 //! tool call waits for (`/v1/logins/{id}`).
 //!
-//! Invariant: every answer goes through the store's `answer`, which checks it against the job's
-//! wait and its session and records it once, so two clients answering one wait get one success
-//! and one `409`; a verdict names the wait it settles. A job made runnable wakes one runner. A
-//! call's login takes its session once, and only while its call waits.
+//! Invariant: every answer to a job goes through the store's `answer`, which checks it against
+//! the job's wait and its session and records it once, so two clients answering one wait get
+//! one success and one `409`; a verdict names the wait it settles. A job made runnable wakes one
+//! runner. An MCP call's login (held by `mcp::Logins`, not the store) takes its session once,
+//! only while its call waits, and answers `404` after.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

@@ -1,11 +1,12 @@
 //! The HTTP API (`/v1`), the OpenAPI document (`/openapi.json`) and the metrics (`/metrics`).
 //! A job's fields are gathered in `job_view` and its graph drawn in `job_graph`; the pages
-//! (`/`, `/jobs/{id}`) are `ui`'s, MCP (`/mcp`) is `mcp`'s.
+//! (`/`, `/jobs/{id}`, `/logins/{id}`) are `ui`'s, MCP (`/mcp`) is `mcp`'s.
 //!
 //! Invariant: every answer to an API call is JSON, and every refusal is
 //! `{"error": {"code", "message"}}` with a fitting status; a job is shown as `job_view`
-//! gathers it. An answer goes through the store's `answer`, so two clients answering one wait
-//! get one success and one `409`.
+//! gathers it. An answer to a job goes through the store's `answer`, so two clients answering
+//! one wait get one success and one `409`; the login of an MCP call (no job, no store) takes
+//! one session, and a second gets `404`.
 
 use std::sync::Arc;
 

@@ -493,6 +493,7 @@ async def open_links_and_call(tool, arguments):
     url, token = ARGS[0], ARGS[1]
     links = []
     completed = []
+    heard_all = []
     heard = anyio.Event()
 
     async def open_link(context, params):
@@ -503,6 +504,8 @@ async def open_links_and_call(tool, arguments):
         return types.ElicitResult(action="accept")
 
     async def on_message(message):
+        # Everything the server sent besides the call's result, for the test to look through.
+        heard_all.append(repr(message))
         if isinstance(message, types.ElicitCompleteNotification):
             completed.append(message.params.elicitation_id)
             heard.set()
@@ -515,7 +518,7 @@ async def open_links_and_call(tool, arguments):
             with anyio.move_on_after(30):
                 await heard.wait()
             return {"protocol_version": client.protocol_version, "links": links, "result": done,
-                    "completed": completed}
+                    "completed": completed, "messages": heard_all}
 
 
 async def login_in_call():
