@@ -61,6 +61,13 @@ struct Pending {
     until: Instant,
 }
 
+impl Pending {
+    /// Whether its call still waits for it at `now`.
+    fn live(&self, now: Instant) -> bool {
+        self.until > now && !self.session.is_closed()
+    }
+}
+
 /// The logins calls of this process wait for.
 pub struct Logins {
     pending: Mutex<HashMap<String, Pending>>,
@@ -100,7 +107,7 @@ impl Logins {
         let (sender, session) = oneshot::channel();
         let mut pending = self.lock();
         let now = Instant::now();
-        pending.retain(|_, login| login.until > now && !login.session.is_closed());
+        pending.retain(|_, login| login.live(now));
         if pending.len() >= MAX_PENDING {
             return Err(NoRoom("as many as the server allows wait"));
         }
@@ -139,9 +146,7 @@ impl Logins {
     pub fn view(&self, id: &str) -> Result<LoginView, LoginRefusal> {
         let pending = self.lock();
         match pending.get(id) {
-            Some(login) if login.until > Instant::now() && !login.session.is_closed() => {
-                Ok(login.view.clone())
-            }
+            Some(login) if login.live(Instant::now()) => Ok(login.view.clone()),
             _ => Err(LoginRefusal::Unknown),
         }
     }
@@ -152,7 +157,7 @@ impl Logins {
             return Err(LoginRefusal::Blank);
         }
         let login = self.lock().remove(id).ok_or(LoginRefusal::Unknown)?;
-        if login.until <= Instant::now() {
+        if !login.live(Instant::now()) {
             return Err(LoginRefusal::Unknown);
         }
         login

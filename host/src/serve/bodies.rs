@@ -190,8 +190,7 @@ pub const ROUTES_WITH_BODIES: [&str; 12] = [
 
 /// Parses and checks `bytes` as the body of the `POST` route named `route` (`jobs` for
 /// `/v1/jobs`, `logins` for `/v1/logins/{id}`, else the last segment of `/v1/jobs/{id}/…`), as
-/// the route does; `None` for a
-/// route that takes no body. For the fuzz targets.
+/// the route does; `None` for a route that takes no body. For the fuzz targets.
 pub fn check_request_body(route: &str, bytes: &[u8]) -> Option<Result<(), String>> {
     fn parse<T: RequestBody>(bytes: &[u8]) -> Result<(), String> {
         let body: T = serde_json::from_slice(bytes).map_err(|error| error.to_string())?;
