@@ -101,6 +101,7 @@ async fn measure(engine: &Arc<Engine>, runners: usize, clients: usize) -> Round 
         max_upload_bytes: 1 << 20,
         retain_finished: None,
         max_event_streams: maestro::serve::DEFAULT_EVENT_STREAMS,
+        public_url: None,
     };
     let server = maestro::serve::start(
         store.clone() as Arc<dyn JobStore>,

@@ -292,6 +292,33 @@ async fn a_piece_called_without_tasks_is_asked_in_the_call_or_says_where_its_job
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn behind_a_proxy_the_job_pages_mcp_clients_are_sent_to_are_at_the_public_url() {
+    let folder = ServerFolder::new(
+        &[approval_piece()],
+        APPROVAL_SCRIPT,
+        maestro_plugins::FIRST_PARTY,
+        true,
+    );
+    let config = folder.path("maestro.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    // `[server]` is the config's last table.
+    let text = format!("{text}public_url = \"https://maestro.example.com/\"\n");
+    std::fs::write(&config, text).unwrap();
+    let server = TestServer::start(folder);
+    let seen = tokio::task::block_in_place(|| {
+        run_python(&["pieces", "auto", &server.url("/mcp"), TOKEN], &server)
+    });
+    // Told where the job waits: at the address the operator gave, not the one the request
+    // named.
+    let told = seen["unasked"]["text"].as_str().unwrap();
+    assert!(
+        told.contains("(https://maestro.example.com/jobs/job-"),
+        "{told}"
+    );
+    assert!(!told.contains("127.0.0.1"), "{told}");
+}
+
 /// What a 2025-11-25 client saw of the piece: its job's question asked in the middle of the
 /// call, and the answer ending the job with its result.
 fn check_asked_in_call(seen: &Value) {

@@ -47,6 +47,9 @@ pub struct ServerSection {
     /// Where every plugin version that ever served is kept by content hash
     /// [default: `plugin-versions` beside the store file].
     pub archive: Option<PathBuf>,
+    /// The address people reach the server's pages at, for the links MCP clients are given
+    /// [default: the address each request named, over `http://`].
+    pub public_url: Option<String>,
 }
 
 impl std::fmt::Debug for ServerSection {
@@ -62,6 +65,7 @@ impl std::fmt::Debug for ServerSection {
             .field("retain_finished", &self.retain_finished)
             .field("max_event_streams", &self.max_event_streams)
             .field("archive", &self.archive)
+            .field("public_url", &self.public_url)
             .finish()
     }
 }

@@ -81,7 +81,8 @@ enum Command {
     /// Manage the store itself: bring its schema up to date.
     #[command(subcommand)]
     Store(store::StoreCommand),
-    /// Serve the tools of the plugin folder to an MCP client on stdin and stdout.
+    /// Serve the tools of the plugin folder to an MCP client on stdin and stdout (with --jobs,
+    /// the pieces too, as jobs of the store).
     Mcp(mcp::McpCommand),
 }
 

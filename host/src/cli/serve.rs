@@ -31,6 +31,11 @@ pub struct ServeCommand {
     /// Jobs run at once [default: server.runners, else 4].
     #[arg(long)]
     pub runners: Option<usize>,
+    /// The address people reach this server at, for the links MCP clients are given (behind a
+    /// TLS proxy: `https://maestro.example.com`) [default: server.public_url, else the address
+    /// each request named, over http://].
+    #[arg(long, value_name = "URL", env = "MAESTRO_PUBLIC_URL")]
+    pub public_url: Option<String>,
 }
 
 pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Failure> {
@@ -52,6 +57,7 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
         ))
     })?;
     let auth = auth_for(&setup, listen)?;
+    let public_url = setup.public_url(command.public_url.as_deref())?;
     let runners = command.runners.or(server.runners).unwrap_or(4);
     if runners == 0 {
         return Err(Failure::usage(format!(
@@ -127,6 +133,7 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
         max_upload_bytes: max_upload_mib << 20,
         retain_finished,
         max_event_streams,
+        public_url,
     };
     let open = settings.auth.is_open();
     let running = crate::serve::start(

@@ -424,6 +424,25 @@ impl Setup {
         })
     }
 
+    /// The address of the server's pages for MCP links: `flag`, else `server.public_url`;
+    /// checked, an error naming where it came from.
+    pub fn public_url(&self, flag: Option<&str>) -> Result<Option<String>, Failure> {
+        let (text, source) = match (flag, &self.server.public_url) {
+            (Some(text), _) => (text, "--public-url".to_owned()),
+            (None, Some(text)) => (
+                text.as_str(),
+                match &self.config {
+                    Some(file) => format!("{}: server.public_url", file.display()),
+                    None => "server.public_url".to_owned(),
+                },
+            ),
+            (None, None) => return Ok(None),
+        };
+        crate::mcp::public_url(text)
+            .map(Some)
+            .map_err(|message| Failure::usage(format!("{source}: {message}")))
+    }
+
     fn limits(&self) -> EngineLimits {
         let defaults = EngineLimits::default();
         EngineLimits {

@@ -82,7 +82,7 @@ impl ToolServer {
             }
             if let Park::BrowserLogin(login) = &park
                 && let Some(logins) = self.logins.as_deref()
-                && let Some(server) = server_address(cx)
+                && let Some(server) = self.address(cx)
             {
                 match login_live(logins, &server, &request.tool, login, cx).await {
                     Ok(session) => request.resume = Some(Resume::LoggedIn(session)),
@@ -341,17 +341,6 @@ pub(super) async fn elicitation_done(cx: &RequestContext<RoleServer>, id: &str) 
     {
         tracing::debug!(%error, "the client did not take notifications/elicitation/complete");
     }
-}
-
-/// The address of this server (`http://host:port`) as the request's `Host` named it (checked
-/// by the guard on a server without tokens; with tokens, the caller's own choice, sent back to
-/// it). `None` over stdio.
-pub(super) fn server_address(cx: &RequestContext<RoleServer>) -> Option<String> {
-    cx.extensions
-        .get::<http::request::Parts>()
-        .and_then(|parts| parts.headers.get(http::header::HOST))
-        .and_then(|host| host.to_str().ok())
-        .map(|host| format!("http://{host}"))
 }
 
 /// The client's reply to the question of the state it sent back.

@@ -46,7 +46,8 @@ const INPUT: &str = "input";
 /// Tells the process that a job changed (`Pending`: it may run now).
 pub type Changed = Arc<dyn Fn(&str, JobStatus) + Send + Sync>;
 
-/// The jobs of a process that runs them (`maestro serve`), as the MCP server reaches them.
+/// The jobs of a process that runs them (`maestro serve`, `maestro mcp --jobs`), as the MCP
+/// server reaches them.
 pub struct Jobs {
     engine: Arc<Engine>,
     store: Arc<dyn JobStore>,

@@ -40,10 +40,14 @@ pub struct ToolServer {
     pub(super) sealer: Arc<Sealer>,
     /// Where a version that a resumed call is pinned to is found when this process lacks it.
     pub(super) versions: Option<Arc<dyn Versions>>,
-    /// The jobs of the process, whose pieces are tools too (only where jobs run: `serve`).
+    /// The jobs of the process, whose pieces are tools too (only where jobs run: `serve`,
+    /// `mcp --jobs`).
     jobs: Option<Arc<Jobs>>,
     /// The browser logins calls wait for, done on pages of this server (only in `serve`).
     pub(super) logins: Option<Arc<Logins>>,
+    /// The address people reach this server's pages at (`https://host[/prefix]`), when the
+    /// operator gave one: else the request's `Host`, over `http://`.
+    public_url: Option<Arc<str>>,
 }
 
 impl ToolServer {
@@ -57,7 +61,16 @@ impl ToolServer {
             versions: None,
             jobs: None,
             logins: None,
+            public_url: None,
         }
+    }
+
+    /// Links people to pages at `url` (`https://host[/prefix]`, checked by
+    /// [`public_url`](super::public_url)) rather than at the address a request named: a server
+    /// behind a TLS proxy, or `maestro mcp` on stdio pointing at a `maestro serve` of its store.
+    pub fn with_public_url(mut self, url: Option<String>) -> Self {
+        self.public_url = url.map(Arc::from);
+        self
     }
 
     /// Has a call that waits for a browser login send the person to a page of this server,
@@ -222,7 +235,7 @@ impl ServerHandler for ToolServer {
                 let job = jobs
                     .start(&name, request.arguments.unwrap_or_default())
                     .await?;
-                let page = page_of(&cx, &job);
+                let page = self.page_of(&cx, &job);
                 if cx
                     .client_capabilities()
                     .is_some_and(|capabilities| capabilities.supports_tasks())
@@ -255,7 +268,7 @@ impl ServerHandler for ToolServer {
     ) -> Result<GetTaskResult, ErrorData> {
         let jobs = self.task_jobs()?;
         let task = jobs
-            .get(request, &caller(&cx), |job| page_of(&cx, job))
+            .get(request, &caller(&cx), |job| self.page_of(&cx, job))
             .await?;
         Ok(GetTaskResult::new(task))
     }
@@ -266,7 +279,7 @@ impl ServerHandler for ToolServer {
         cx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.task_jobs()?
-            .update(request, &caller(&cx), |job| page_of(&cx, job))
+            .update(request, &caller(&cx), |job| self.page_of(&cx, job))
             .await
     }
 
@@ -293,12 +306,26 @@ impl ToolServer {
             .as_ref()
             .ok_or_else(|| ErrorData::internal_error("this server has no tasks", None))
     }
-}
 
-/// Where a person settles what job `job` waits for: pages of this server, at the address the
-/// request came to (see `calls::server_address`), or only its id.
-fn page_of(cx: &RequestContext<RoleServer>, job: &str) -> JobPages {
-    JobPages::new(super::calls::server_address(cx), job)
+    /// Where people reach this server's pages: the operator's public address, else the
+    /// request's `Host` over `http://` (checked by the guard on a server without tokens; with
+    /// tokens, the caller's own choice, sent back to it); `None` over stdio without one.
+    pub(super) fn address(&self, cx: &RequestContext<RoleServer>) -> Option<String> {
+        if let Some(url) = &self.public_url {
+            return Some(url.to_string());
+        }
+        cx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.headers.get(http::header::HOST))
+            .and_then(|host| host.to_str().ok())
+            .map(|host| format!("http://{host}"))
+    }
+
+    /// Where a person settles what job `job` waits for: pages at [`Self::address`], or only its
+    /// id.
+    fn page_of(&self, cx: &RequestContext<RoleServer>, job: &str) -> JobPages {
+        JobPages::new(self.address(cx), job)
+    }
 }
 
 /// The span of one `tools/call`, named and described as OpenTelemetry's conventions for MCP

@@ -55,6 +55,9 @@ pub struct ServeSettings {
     pub retain_finished: Option<Duration>,
     /// Event streams open at once, over every client.
     pub max_event_streams: usize,
+    /// The address people reach the pages at, for the links MCP clients are given; without
+    /// it, the address each request named.
+    pub public_url: Option<String>,
 }
 
 /// Event streams open at once when the configuration names no number.
@@ -139,7 +142,8 @@ pub async fn start(
     let tools = crate::mcp::ToolServer::new(plugins.slot().clone(), sealer)
         .with_versions(plugins.clone())
         .with_jobs(Arc::new(jobs))
-        .with_logins(logins.clone());
+        .with_logins(logins.clone())
+        .with_public_url(settings.public_url.clone());
     let announcing = tokio::spawn(mcp::tell_mcp(hub.clone(), tools.clone()));
     let mcp_stop = tokio_util::sync::CancellationToken::new();
     let state = Arc::new(AppState {

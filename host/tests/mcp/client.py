@@ -51,12 +51,17 @@ Usage:
                                                       the piece, poll until the task asks,
                                                       open its link (tasks/update accept),
                                                       print the task before and after
+The scenarios `pieces` and `task-*` reach the server at URL over streamable HTTP with the bearer
+TOKEN, or, where URL is `stdio:` and a JSON list (a command line, like
+`stdio:["maestro","mcp","--jobs"]`), over stdio to the process that command starts (TOKEN and
+OTHER_TOKEN are then ignored: a stdio client has none).
 Prints one JSON document with what the client saw, for the Rust test to check.
 """
 
 import json
 import os
 import sys
+from contextlib import asynccontextmanager
 from typing import Literal
 
 import anyio
@@ -102,6 +107,21 @@ def refusal(error):
 def over_http(url, token):
     headers = {"Authorization": f"Bearer {token}"}
     return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+
+
+@asynccontextmanager
+async def connect(where, token, **options):
+    """A client of the server at `where`: an HTTP URL, called with the bearer `token`, or
+    `stdio:` and the JSON command line of a server to start."""
+    if where.startswith("stdio:"):
+        command, *args = json.loads(where.removeprefix("stdio:"))
+        async with Client(StdioServerParameters(command=command, args=args), **options) as client:
+            yield client
+    else:
+        async with over_http(where, token) as http_client:
+            target = streamable_http_client(where, http_client=http_client)
+            async with Client(target, **options) as client:
+                yield client
 
 
 def result(r):
@@ -391,12 +411,11 @@ class Tasks(ClientExtension):
             await update_task(ctx.session, handle.task_id, responses)
 
 
-def tasks_client(url, http_client, answer=None):
+def tasks_client(where, token, answer=None):
     async def never(request):
         raise AssertionError(f"asked unexpectedly: {request}")
 
-    target = streamable_http_client(url, http_client=http_client)
-    return Client(target, mode="auto", extensions=[Tasks(answer or never)])
+    return connect(where, token, mode="auto", extensions=[Tasks(answer or never)])
 
 
 def approving(asked):
@@ -411,79 +430,73 @@ async def pieces():
     url, token = ARGS
     seen = {}
     asked, approve = answering(types.ElicitResult(action="accept", content={"decision": "approve"}))
-    async with over_http(url, token) as http_client:
-        target = streamable_http_client(url, http_client=http_client)
-        async with Client(target, mode=MODE, elicitation_callback=approve) as client:
-            seen["protocol_version"] = client.protocol_version
-            tools = {t.name: t for t in (await client.list_tools()).tools}
-            seen["piece"] = {"description": tools["approval"].description, "schema": tools["approval"].input_schema}
-            seen["asked_in_call"] = result(await client.call_tool("approval", PIECE_INPUT))
-            seen["asked_in_call_asked"] = asked
-            try:
-                await client.call_tool("approval", {"text": "no input"})
-            except MCPError as error:
-                seen["bad_arguments"] = refusal(error)
-        target = streamable_http_client(url, http_client=http_client)
-        async with Client(target, mode=MODE) as client:
-            seen["unasked"] = result(await client.call_tool("approval", PIECE_INPUT))
+    async with connect(url, token, mode=MODE, elicitation_callback=approve) as client:
+        seen["protocol_version"] = client.protocol_version
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        seen["tools"] = sorted(tools)
+        seen["piece"] = {"description": tools["approval"].description, "schema": tools["approval"].input_schema}
+        seen["asked_in_call"] = result(await client.call_tool("approval", PIECE_INPUT))
+        seen["asked_in_call_asked"] = asked
+        try:
+            await client.call_tool("approval", {"text": "no input"})
+        except MCPError as error:
+            seen["bad_arguments"] = refusal(error)
+    async with connect(url, token, mode=MODE) as client:
+        seen["unasked"] = result(await client.call_tool("approval", PIECE_INPUT))
     return seen
 
 
 async def task_ask():
     url, token = ARGS
-    async with over_http(url, token) as http_client:
-        async with tasks_client(url, http_client) as client:
-            handle = await client.session.call_tool("approval", PIECE_INPUT, allow_claimed=True)
-            state = await poll(client.session, handle.task_id, asks_or_ended)
-            return {"protocol_version": client.protocol_version, "handle": shown(handle), "asked": shown(state)}
+    async with tasks_client(url, token) as client:
+        handle = await client.session.call_tool("approval", PIECE_INPUT, allow_claimed=True)
+        state = await poll(client.session, handle.task_id, asks_or_ended)
+        return {"protocol_version": client.protocol_version, "handle": shown(handle), "asked": shown(state)}
 
 
 async def task_answer():
     url, token, other_token, task_id = ARGS
     seen = {}
-    async with over_http(url, other_token) as http_client:
-        async with tasks_client(url, http_client) as client:
+    if not url.startswith("stdio:"):
+        async with tasks_client(url, other_token) as client:
             try:
                 seen["other_caller"] = shown(await get_task(client.session, task_id))
             except MCPError as error:
                 seen["other_caller"] = refusal(error)
-    async with over_http(url, token) as http_client:
-        async with tasks_client(url, http_client) as client:
-            before = await get_task(client.session, task_id)
-            seen["before"] = shown(before)
-            try:
-                await update_task(client.session, task_id, {"wait-999": {"action": "accept"}})
-            except MCPError as error:
-                seen["wrong_key"] = refusal(error)
-            (key,) = before.input_requests.keys()
-            try:
-                await update_task(client.session, task_id, {key: {"action": "accept", "content": {}}})
-            except MCPError as error:
-                seen["no_decision"] = refusal(error)
-            await update_task(client.session, task_id, {key: {"action": "accept", "content": {"decision": "approve"}}})
-            seen["after"] = shown(await poll(client.session, task_id, ended))
+    async with tasks_client(url, token) as client:
+        before = await get_task(client.session, task_id)
+        seen["before"] = shown(before)
+        try:
+            await update_task(client.session, task_id, {"wait-999": {"action": "accept"}})
+        except MCPError as error:
+            seen["wrong_key"] = refusal(error)
+        (key,) = before.input_requests.keys()
+        try:
+            await update_task(client.session, task_id, {key: {"action": "accept", "content": {}}})
+        except MCPError as error:
+            seen["no_decision"] = refusal(error)
+        await update_task(client.session, task_id, {key: {"action": "accept", "content": {"decision": "approve"}}})
+        seen["after"] = shown(await poll(client.session, task_id, ended))
     return seen
 
 
 async def task_wait():
     url, token, task_id = ARGS
-    async with over_http(url, token) as http_client:
-        async with tasks_client(url, http_client) as client:
-            return shown(await poll(client.session, task_id, ended))
+    async with tasks_client(url, token) as client:
+        return shown(await poll(client.session, task_id, ended))
 
 
 async def task_run():
     url, token = ARGS
     seen = {}
     asked = []
-    async with over_http(url, token) as http_client:
-        async with tasks_client(url, http_client, approving(asked)) as client:
-            seen["ran"] = result(await client.call_tool("approval", PIECE_INPUT))
-            seen["asked"] = asked
-            handle = await client.session.call_tool("approval", PIECE_INPUT, allow_claimed=True)
-            await poll(client.session, handle.task_id, asks_or_ended)
-            await client.session.send_request(CancelTask(params=TaskParams(task_id=handle.task_id)), types.Result)
-            seen["cancelled"] = shown(await poll(client.session, handle.task_id, ended))
+    async with tasks_client(url, token, approving(asked)) as client:
+        seen["ran"] = result(await client.call_tool("approval", PIECE_INPUT))
+        seen["asked"] = asked
+        handle = await client.session.call_tool("approval", PIECE_INPUT, allow_claimed=True)
+        await poll(client.session, handle.task_id, asks_or_ended)
+        await client.session.send_request(CancelTask(params=TaskParams(task_id=handle.task_id)), types.Result)
+        seen["cancelled"] = shown(await poll(client.session, handle.task_id, ended))
     return seen
 
 
@@ -531,14 +544,13 @@ async def login_plain():
 
 async def task_open():
     url, token, piece = ARGS
-    async with over_http(url, token) as http_client:
-        async with tasks_client(url, http_client) as client:
-            handle = await client.session.call_tool(piece, PIECE_INPUT, allow_claimed=True)
-            asked = await poll(client.session, handle.task_id, asks_or_ended)
-            (key,) = asked.input_requests.keys()
-            await update_task(client.session, handle.task_id, {key: {"action": "accept"}})
-            after = await get_task(client.session, handle.task_id)
-            return {"handle": shown(handle), "asked": shown(asked), "after": shown(after)}
+    async with tasks_client(url, token) as client:
+        handle = await client.session.call_tool(piece, PIECE_INPUT, allow_claimed=True)
+        asked = await poll(client.session, handle.task_id, asks_or_ended)
+        (key,) = asked.input_requests.keys()
+        await update_task(client.session, handle.task_id, {key: {"action": "accept"}})
+        after = await get_task(client.session, handle.task_id)
+        return {"handle": shown(handle), "asked": shown(asked), "after": shown(after)}
 
 
 async def main():
