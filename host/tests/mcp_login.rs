@@ -7,7 +7,9 @@
 //! (`notifications/elicitation/complete`); to a client of the tasks extension the task
 //! asks for the link as `input_required`, is `working` once it is opened, and completes after
 //! the login. A plugin's tool called over `/mcp` (not in a job) that hits the wall sends the
-//! person to a login page of its own, which takes the session for that call alone.
+//! person to a login page of its own, which takes the session for that call alone: in the
+//! middle of the call to a 2025-11-25 client, and as `input_required` to a 2026-07-28 client,
+//! whose retry goes on with the session.
 
 mod common;
 mod serve_support;
@@ -155,10 +157,29 @@ async fn a_login_in_the_middle_of_a_call_sends_the_client_to_the_jobs_card_which
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_called_over_mcp_that_hits_a_login_wall_sends_the_person_to_a_page_that_takes_the_session()
  {
+    let seen = plain_call_logged_in_on_its_page("login-plain").await;
+    assert_eq!(seen["protocol_version"], "2025-11-25");
+    // The client hears the login is done.
+    let id = seen["links"][0]["elicitation_id"].clone();
+    assert_eq!(seen["completed"], json!([id]), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_2026_client_gets_the_login_page_as_input_required_and_its_retry_goes_on_with_the_session()
+ {
+    let seen = plain_call_logged_in_on_its_page("login-rounds").await;
+    assert_eq!(seen["protocol_version"], "2026-07-28");
+    assert_eq!(seen["links"].as_array().unwrap().len(), 1, "{seen}");
+}
+
+/// The Python client's `scenario` calls BrowseWeb over `/mcp` on a page behind a login: it is
+/// sent to the server's login page for that call, where a real Chromium gives the API token
+/// and the session; the call goes on with it and reads the page, and the login cannot be given
+/// twice. What the client saw.
+async fn plain_call_logged_in_on_its_page(scenario: &str) -> Value {
     let (_site, server, private) = reading_server().await;
     let mcp = server.url("/mcp");
-    let (client, lines, url) =
-        client_sent_to_a_link(&["login-plain", &mcp, TOKEN, &private], &private);
+    let (client, lines, url) = client_sent_to_a_link(&[scenario, &mcp, TOKEN, &private], &private);
     let id = url
         .strip_prefix(&server.url("/logins/"))
         .unwrap_or_else(|| panic!("not a login page of this server: {url}"))
@@ -197,9 +218,8 @@ async fn a_tool_called_over_mcp_that_hits_a_login_wall_sends_the_person_to_a_pag
         .await
         .expect("the page says the call took the session");
 
-    // The call goes on with the session and reads the page; the client hears the login is done.
+    // The call goes on with the session and reads the page.
     let seen = client_saw(client, lines, &server);
-    assert_eq!(seen["protocol_version"], "2025-11-25");
     assert_eq!(
         seen["result"]["is_error"],
         false,
@@ -208,13 +228,14 @@ async fn a_tool_called_over_mcp_that_hits_a_login_wall_sends_the_person_to_a_pag
     );
     let text = seen["result"]["text"].as_str().unwrap();
     assert!(text.contains("Balance: 1,234"), "{seen}");
-    assert_eq!(seen["completed"], json!([id]), "{seen}");
+    assert_eq!(seen["links"][0]["elicitation_id"], id.as_str(), "{seen}");
     // Done, the login is forgotten: its session cannot be given again.
     let (status, body) = server
         .post(&format!("/v1/logins/{id}"), json!({ "session": "again" }))
         .await;
     assert_eq!(status, 404, "{body}");
     page.close().await.unwrap();
+    seen
 }
 
 #[tokio::test(flavor = "multi_thread")]

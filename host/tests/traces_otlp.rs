@@ -3,10 +3,12 @@
 //! receives, over OTLP/HTTP, one trace from the two: the job's root span, a run span from each
 //! process under it, their movements, model requests and tool calls, and the park, as long as
 //! the job waited. And an MCP client's trace context, sent in a call's `_meta` by the official
-//! Python SDK, continued by `maestro mcp`.
+//! Python SDK, continued by `maestro mcp`; a piece's job started by such a call keeps a trace
+//! of its own, whose root span links to the call.
 
 mod cli_support;
 mod common;
+mod serve_support;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -346,5 +348,76 @@ fn an_mcp_clients_trace_context_makes_its_tool_call_a_child_of_the_clients_span(
             .collect();
         assert_eq!(tool_calls.len(), 1, "the tool call under {call:?}");
         assert_eq!(tool_calls[0].trace_id, call.trace_id);
+    }
+}
+
+#[test]
+fn a_job_an_mcp_call_starts_has_its_own_trace_whose_root_links_to_the_call() {
+    let (_runtime, collector, received) = start_collector();
+    let folder = serve_support::ServerFolder::new(
+        &[serve_support::approval_piece()],
+        serve_support::APPROVAL_SCRIPT,
+        maestro_plugins::FIRST_PARTY,
+        false,
+    );
+    let traceparent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    let output = common::McpSdk::Python
+        .command(&["traced-piece"])
+        .arg(env!("CARGO_BIN_EXE_maestro"))
+        .arg(folder.path("plugins"))
+        .arg(&traceparent)
+        .args(["--jobs", "--config"])
+        .arg(folder.path("maestro.toml"))
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{collector}"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        seen["ran"]["text"], "RotateKey was approved and ran.",
+        "{seen}"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let spans = loop {
+        let spans = received.lock().unwrap().clone();
+        if !named(&spans, "tools/call approval").is_empty() && !named(&spans, "job").is_empty() {
+            break spans;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the MCP call and the job in {spans:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let call = named(&spans, "tools/call approval")[0];
+    assert_eq!(
+        hex(&call.trace_id),
+        CLIENT_TRACE,
+        "the call is in the client's trace"
+    );
+    let job = named(&spans, "job")[0];
+    assert_eq!(attribute(job, "maestro.piece").as_deref(), Some("approval"));
+    assert_ne!(
+        job.trace_id, call.trace_id,
+        "the job's trace is its own: it outlives the call"
+    );
+    assert!(job.parent_span_id.is_empty(), "{job:?}");
+    let links: Vec<(String, String)> = job
+        .links
+        .iter()
+        .map(|link| (hex(&link.trace_id), hex(&link.span_id)))
+        .collect();
+    assert_eq!(
+        links,
+        vec![(CLIENT_TRACE.to_owned(), hex(&call.span_id))],
+        "the job's root links to the call that started it"
+    );
+    // The runs are in the job's trace, under its root.
+    let runs = named(&spans, "run");
+    assert!(!runs.is_empty());
+    for run in runs {
+        assert_eq!(run.trace_id, job.trace_id);
+        assert_eq!(run.parent_span_id, job.span_id);
     }
 }

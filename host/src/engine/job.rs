@@ -401,6 +401,10 @@ mod tests {
             trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
             span_id: "b7ad6b7169203331".into(),
             started_ms: 3,
+            started_by: Some(crate::telemetry::SpanRef {
+                trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+                span_id: "00f067aa0ba902b7".into(),
+            }),
         });
         let core = serde_json::to_value(job.without_conversation()).unwrap();
         let mut whole = serde_json::to_value(&job).unwrap();

@@ -7,35 +7,33 @@
 //! when it is resumed after a question; a tool under the operator's approval gate runs only
 //! after a person at the client approved that exact call; a park is asked only of a client
 //! that declared it answers forms, and otherwise (or when it cannot be asked at all) the call
-//! ends with a result that says what it waited for. A browser login, up to 2025-11-25 and on
-//! `maestro serve`, sends the person to a page of the server that takes the session
-//! (`logins`), never through the client. A call parks at most [`MAX_PARKS`] times. A
+//! ends with a result that says what it waited for. A browser login, on `maestro serve`, sends
+//! the person to a page of the server that takes the session (`login_links`), never through
+//! the client. A call parks at most [`MAX_PARKS`] times. A
 //! tool's failure is a result with `isError`, never a protocol error: the model reads it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomNotification,
-    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, InputRequest,
-    InputRequiredResult, ServerNotification,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
+    ElicitResult, InputRequest, InputRequiredResult,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
-use super::logins::{LOGIN_WAIT, Logins};
 use super::parks::{self, Question, Reply};
 use super::rounds::{Asked, Binding, Caller, Refusal, Round};
 use super::server::ToolServer;
-use crate::plugin::{CallRequest, LoginRequest, Outcome, Park, Plugin, Resume, Terminal};
+use crate::plugin::{CallRequest, Outcome, Park, Plugin, Resume, Terminal};
 
 /// How many times one call may park: a tool that parks again on every answer would otherwise
 /// ask for ever.
 pub const MAX_PARKS: usize = 8;
 
 /// The key of the one question an `input_required` result carries.
-const QUESTION: &str = "question";
+pub(super) const QUESTION: &str = "question";
 
 /// How far a run of the tool got.
 enum Ran {
@@ -84,7 +82,9 @@ impl ToolServer {
                 && let Some(logins) = self.logins.as_deref()
                 && let Some(server) = self.address(cx)
             {
-                match login_live(logins, &server, &request.tool, login, cx).await {
+                match super::login_links::login_live(logins, &server, &request.tool, login, cx)
+                    .await
+                {
                     Ok(session) => request.resume = Some(Resume::LoggedIn(session)),
                     Err(ended) => return ended,
                 }
@@ -113,52 +113,83 @@ impl ToolServer {
         let tool = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let binding = Binding::new(caller, &tool, &arguments);
-        let (plugin, call, parks) = match request.request_state.as_deref() {
-            None => {
-                let plugin = self.plugin_for(&tool)?;
-                if plugin.policy().require_approval {
-                    let gate = parks::gate_question(plugin.name(), &tool, &arguments);
-                    let round = Round::new(plugin.name(), plugin.content_hash(), Asked::Gate, 0);
-                    return Ok(self.ask_in_round(cx, &gate, &round, &binding));
-                }
-                (plugin, CallRequest::new(tool, arguments), 0)
+        let Some(state) = request.request_state.as_deref() else {
+            let plugin = self.plugin_for(&tool)?;
+            if plugin.policy().require_approval {
+                let gate = parks::gate_question(plugin.name(), &tool, &arguments);
+                let round = Round::new(plugin.name(), plugin.content_hash(), Asked::Gate, 0);
+                return Ok(self.ask_in_round(cx, &gate, &round, &binding));
             }
-            Some(state) => {
-                let round = self.sealer.open(state, &binding).map_err(refused)?;
-                let question = match &round.asked {
-                    Asked::Gate => parks::gate_question(&round.plugin, &tool, &arguments),
-                    Asked::Park(park) => {
-                        parks::question_for(park).map_err(|_| refused(Refusal::Invalid))?
-                    }
-                };
-                let answer = answer_in(request.input_responses.as_ref())?;
+            let call = CallRequest::new(tool, arguments);
+            return self.run_round(plugin, call, 0, caller, &binding, cx).await;
+        };
+        let round = self.sealer.open(state, &binding).map_err(refused)?;
+        let responses = request.input_responses.as_ref();
+        let reply = match &round.asked {
+            Asked::Gate => Some(parks::gate_question(&round.plugin, &tool, &arguments)),
+            Asked::Park(park) => {
+                Some(parks::question_for(park).map_err(|_| refused(Refusal::Invalid))?)
+            }
+            Asked::Login { .. } => None,
+        };
+        let reply = match reply {
+            Some(question) => {
+                let answer = answer_in(responses)?;
                 let reply = question.reply(&answer.action, answer.content.as_ref());
                 self.sealer.spend(&round).await.map_err(refused)?;
-                let plugin = match self.version(&round.plugin, &round.version).await {
-                    Ok(plugin) => plugin,
-                    Err(why) => return Ok(failed(why).into()),
-                };
-                let mut call = CallRequest::new(tool, arguments);
-                match round.asked {
-                    Asked::Gate => {
-                        if let Some(refused) = gate_refusal(&plugin, reply) {
-                            return Ok(refused.into());
-                        }
-                    }
-                    Asked::Park(_) => match reply {
-                        Reply::Resume(resume) => call.resume = Some(resume),
-                        Reply::Ended(why) => return Ok(failed(why).into()),
-                    },
-                }
-                (plugin, call, round.parks)
+                reply
             }
+            None => match self
+                .session_for_retry(&round, responses, caller, &binding)
+                .await?
+            {
+                Ok(session) => Reply::Resume(Resume::LoggedIn(session)),
+                Err(response) => return Ok(response),
+            },
         };
+        let plugin = match self.version(&round.plugin, &round.version).await {
+            Ok(plugin) => plugin,
+            Err(why) => return Ok(failed(why).into()),
+        };
+        let mut call = CallRequest::new(tool, arguments);
+        match round.asked {
+            Asked::Gate => {
+                if let Some(refused) = gate_refusal(&plugin, reply) {
+                    return Ok(refused.into());
+                }
+            }
+            Asked::Park(_) | Asked::Login { .. } => match reply {
+                Reply::Resume(resume) => call.resume = Some(resume),
+                Reply::Ended(why) => return Ok(failed(why).into()),
+            },
+        }
+        self.run_round(plugin, call, round.parks, caller, &binding, cx)
+            .await
+    }
+
+    /// Runs `call` (after `parks` parks) to its end or to its next question.
+    async fn run_round(
+        &self,
+        plugin: Arc<Plugin>,
+        call: CallRequest,
+        parks: usize,
+        caller: &Caller,
+        binding: &Binding,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let tool = call.tool.clone();
         let park = match run(&plugin, call).await {
             Ran::Ended(result) => return Ok(result.into()),
             Ran::Parked(park) => park,
         };
         if parks == MAX_PARKS {
             return Ok(too_many_parks().into());
+        }
+        if let Park::BrowserLogin(login) = &park {
+            let on = (plugin.name(), plugin.content_hash(), parks + 1);
+            if let Some(link) = self.login_round(cx, caller, &tool, login, on, binding) {
+                return Ok(link);
+            }
         }
         let question = match parks::question_for(&park) {
             Ok(question) => question,
@@ -170,7 +201,7 @@ impl ToolServer {
             Asked::Park(park),
             parks + 1,
         );
-        Ok(self.ask_in_round(cx, &question, &round, &binding))
+        Ok(self.ask_in_round(cx, &question, &round, binding))
     }
 
     /// The result that asks `question` and carries `round`, sealed, for the retry; or, for a
@@ -266,85 +297,10 @@ async fn ask_live(cx: &RequestContext<RoleServer>, question: &Question) -> Reply
     }
 }
 
-/// Sends the person at the client to the page of this server where the login `login` of a
-/// call of `tool` is done, and waits for the session given there; `Err` is the call's result
-/// when it cannot go on.
-async fn login_live(
-    logins: &Logins,
-    server: &str,
-    tool: &str,
-    login: &LoginRequest,
-    cx: &RequestContext<RoleServer>,
-) -> Result<String, CallToolResult> {
-    let ends = |why: &str| {
-        failed(format!(
-            "The call waits for a browser login at {} ({}), and {why}: it ended here without \
-             going on.",
-            login.url, login.reason
-        ))
-    };
-    if !opens_links(cx) {
-        return Err(ends(
-            "this MCP client cannot be sent to a page (it declared no URL elicitation)",
-        ));
-    }
-    let mut wait = match logins.open(tool, login, &super::server::caller(cx)) {
-        Ok(wait) => wait,
-        Err(refusal) => return Err(ends(&refusal.to_string())),
-    };
-    let link = ElicitRequestParams::UrlElicitationParams {
-        meta: None,
-        message: format!(
-            "{tool} needs you to log in at {} ({}). The page opens on maestro serve: it shows \
-             the site's login link and takes the session there, so the session never passes \
-             through this client.",
-            login.url, login.reason
-        ),
-        url: format!("{server}/logins/{}", wait.id),
-        elicitation_id: wait.id.clone(),
-    };
-    let waited = || {
-        ends(&format!(
-            "no session was given on its page within {} minutes",
-            LOGIN_WAIT.as_secs() / 60
-        ))
-    };
-    match wait.before_deadline(cx.peer.create_elicitation(link)).await {
-        Some(Ok(reply)) if reply.action == ElicitationAction::Accept => {}
-        Some(Ok(reply)) if reply.action == ElicitationAction::Decline => {
-            return Err(ends("the person declined to log in"));
-        }
-        Some(Ok(_)) => return Err(ends("the person dismissed the link")),
-        Some(Err(error)) => {
-            return Err(ends(&format!("the client could not be asked ({error})")));
-        }
-        None => return Err(waited()),
-    }
-    let Some(session) = wait.session().await else {
-        return Err(waited());
-    };
-    elicitation_done(cx, &wait.id).await;
-    Ok(session)
-}
-
-/// Tells the client that the out-of-band step its URL elicitation `id` sent the person to is
-/// done (revision 2025-11-25's `notifications/elicitation/complete`), so it can close what it
-/// showed for the link. A client gone meanwhile misses nothing: the call's result follows.
-pub(super) async fn elicitation_done(cx: &RequestContext<RoleServer>, id: &str) {
-    let done = CustomNotification::new(
-        "notifications/elicitation/complete",
-        Some(serde_json::json!({ "elicitationId": id })),
-    );
-    if let Err(error) = (cx.peer)
-        .send_notification(ServerNotification::CustomNotification(done))
-        .await
-    {
-        tracing::debug!(%error, "the client did not take notifications/elicitation/complete");
-    }
-}
-
 /// The client's reply to the question of the state it sent back.
-fn answer_in(responses: Option<&BTreeMap<String, Value>>) -> Result<ElicitResult, ErrorData> {
+pub(super) fn answer_in(
+    responses: Option<&BTreeMap<String, Value>>,
+) -> Result<ElicitResult, ErrorData> {
     let answer = responses
         .and_then(|responses| responses.get(QUESTION))
         .ok_or_else(|| {
@@ -364,7 +320,7 @@ fn answer_in(responses: Option<&BTreeMap<String, Value>>) -> Result<ElicitResult
     })
 }
 
-fn refused(refusal: Refusal) -> ErrorData {
+pub(super) fn refused(refusal: Refusal) -> ErrorData {
     match refusal {
         Refusal::Invalid | Refusal::Spent => ErrorData::invalid_params(refusal.to_string(), None),
         Refusal::Store(_) => ErrorData::internal_error(refusal.to_string(), None),

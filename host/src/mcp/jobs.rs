@@ -156,6 +156,9 @@ impl Jobs {
             .new_job(new_job_id(), Some(piece), input)
             .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
         job.prefill = slots;
+        // The call's span (in the client's trace, when its `_meta` named one) leads to the job's
+        // own trace, which outlives the call.
+        job.trace = crate::telemetry::JobTrace::begin_from_current_span(super::rounds::now_ms());
         self.store.create_async(&job).await.map_err(|error| {
             ErrorData::internal_error(format!("the job was not created: {error}"), None)
         })?;
@@ -274,7 +277,7 @@ impl Jobs {
             if let Some(done) = opened_here.take_if(|login| waits_for != Some(login.wait))
                 && let Some(cx) = cx
             {
-                super::calls::elicitation_done(cx, &done.elicitation_id).await;
+                super::login_links::elicitation_done(cx, &done.elicitation_id).await;
             }
             match status {
                 JobStatus::Completed => {

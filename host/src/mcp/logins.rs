@@ -1,20 +1,23 @@
 //! The browser logins that tool calls made over MCP wait for: a call that parks on a login
 //! sends the person at the client (a URL elicitation) to a page of `maestro serve` named by a
 //! fresh id, which shows the site's login link and takes the session there, so a session never
-//! passes through the client or the model.
+//! passes through the client or the model. A call of 2025-11-25 waits in place for it
+//! ([`Logins::open`]); one of 2026-07-28 returns, and its retries come back for it
+//! ([`Logins::open_for_retries`], [`Logins::take`]).
 //!
 //! Invariant: a login is known only by an id of 128 random bits, which only its call and the
-//! client it sent the link to hold; its session goes to that call and to nothing else, once; a
-//! login is forgotten when its session is given, when its call stops waiting, or at its
-//! deadline, [`LOGIN_WAIT`] after it was opened, which bounds the call's whole wait (the link
-//! answered included). At most [`MAX_PENDING`] wait at once, [`MAX_PER_CALLER`] of one caller.
-//! Logins live in the process that serves the call: a page of another node does not know them.
+//! client it sent the link to hold; its session goes to that call (to its caller) and to nothing
+//! else, once; a login is forgotten when its session is taken, when a call that waits in place
+//! stops waiting, or at its deadline, [`LOGIN_WAIT`] after it was opened, which bounds the
+//! call's whole wait (the link answered included). At most [`MAX_PENDING`] are kept at once,
+//! [`MAX_PER_CALLER`] of one caller. Logins live in the process that serves the call: a page or
+//! a retry that reaches another node does not know them.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::rounds::Caller;
@@ -22,6 +25,11 @@ use crate::plugin::LoginRequest;
 
 /// How long a call waits for the session of its login.
 pub const LOGIN_WAIT: Duration = Duration::from_secs(600);
+
+/// How long one retry of a 2026-07-28 call holds its request open for the session before it
+/// tells the client to call again: under the minute after which proxies commonly cut a quiet
+/// request.
+pub const RETRY_HOLD: Duration = Duration::from_secs(50);
 
 /// Logins that may wait at once: a bound on what callers can make this process hold.
 pub const MAX_PENDING: usize = 1024;
@@ -54,17 +62,47 @@ pub enum LoginRefusal {
 #[error("no login could wait on this server now: {0}")]
 pub struct NoRoom(&'static str);
 
+/// What a [`Logins::take`] came back with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    Session(String),
+    /// The session was not given within [`RETRY_HOLD`]; the login still waits.
+    NotYet,
+}
+
 struct Pending {
     view: LoginView,
     caller: Caller,
-    session: oneshot::Sender<String>,
+    to: Waiter,
     until: Instant,
 }
 
+/// Where a login's session goes.
+enum Waiter {
+    /// A call that waits in place; gone when it stops waiting.
+    Call(oneshot::Sender<String>),
+    /// The retries of a call that returned: the session, once given, until one takes it.
+    Retries(watch::Sender<Option<String>>),
+}
+
 impl Pending {
-    /// Whether its call still waits for it at `now`.
-    fn live(&self, now: Instant) -> bool {
-        self.until > now && !self.session.is_closed()
+    /// Whether it is kept at `now`: before its deadline, and its call still waits if it waits
+    /// in place.
+    fn kept(&self, now: Instant) -> bool {
+        self.until > now
+            && match &self.to {
+                Waiter::Call(sender) => !sender.is_closed(),
+                Waiter::Retries(_) => true,
+            }
+    }
+
+    /// Whether it waits for its session at `now` (its page takes one).
+    fn waits(&self, now: Instant) -> bool {
+        self.kept(now)
+            && match &self.to {
+                Waiter::Call(_) => true,
+                Waiter::Retries(session) => session.borrow().is_none(),
+            }
     }
 }
 
@@ -73,6 +111,8 @@ pub struct Logins {
     pending: Mutex<HashMap<String, Pending>>,
     /// [`LOGIN_WAIT`]; tests shorten it.
     wait: Duration,
+    /// [`RETRY_HOLD`]; tests shorten it.
+    hold: Duration,
 }
 
 impl Default for Logins {
@@ -80,6 +120,7 @@ impl Default for Logins {
         Self {
             pending: Mutex::default(),
             wait: LOGIN_WAIT,
+            hold: RETRY_HOLD,
         }
     }
 }
@@ -93,21 +134,51 @@ pub struct LoginWait<'a> {
 }
 
 impl Logins {
-    /// A login a call of `tool` by `caller` waits for.
+    /// A login a call of `tool` by `caller` waits for in place.
     pub fn open(
         &self,
         tool: &str,
         login: &LoginRequest,
         caller: &Caller,
     ) -> Result<LoginWait<'_>, NoRoom> {
+        let (sender, session) = oneshot::channel();
+        let (id, until) = self.insert(tool, login, caller, Waiter::Call(sender))?;
+        Ok(LoginWait {
+            logins: self,
+            id,
+            session,
+            until,
+        })
+    }
+
+    /// A login whose session the retries of a call of `tool` by `caller` come back for with
+    /// [`Self::take`]; its id.
+    pub fn open_for_retries(
+        &self,
+        tool: &str,
+        login: &LoginRequest,
+        caller: &Caller,
+    ) -> Result<String, NoRoom> {
+        let (sender, _) = watch::channel(None);
+        let (id, _) = self.insert(tool, login, caller, Waiter::Retries(sender))?;
+        Ok(id)
+    }
+
+    /// Keeps a new login under a fresh id; the id and the login's deadline.
+    fn insert(
+        &self,
+        tool: &str,
+        login: &LoginRequest,
+        caller: &Caller,
+        to: Waiter,
+    ) -> Result<(String, Instant), NoRoom> {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes)
             .map_err(|_| NoRoom("the system gave no random bytes for its id"))?;
         let id: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
-        let (sender, session) = oneshot::channel();
         let mut pending = self.lock();
         let now = Instant::now();
-        pending.retain(|_, login| login.live(now));
+        pending.retain(|_, login| login.kept(now));
         if pending.len() >= MAX_PENDING {
             return Err(NoRoom("as many as the server allows wait"));
         }
@@ -130,40 +201,82 @@ impl Logins {
             Pending {
                 view,
                 caller: caller.clone(),
-                session: sender,
+                to,
                 until,
             },
         );
-        Ok(LoginWait {
-            logins: self,
-            id,
-            session,
-            until,
-        })
+        Ok((id, until))
     }
 
     /// What the page of login `id` shows.
     pub fn view(&self, id: &str) -> Result<LoginView, LoginRefusal> {
         let pending = self.lock();
         match pending.get(id) {
-            Some(login) if login.live(Instant::now()) => Ok(login.view.clone()),
+            Some(login) if login.waits(Instant::now()) => Ok(login.view.clone()),
             _ => Err(LoginRefusal::Unknown),
         }
     }
 
-    /// Gives login `id` its session: the call waiting for it goes on with it.
+    /// Gives login `id` its session: the call waiting for it goes on with it (or its next
+    /// retry takes it).
     pub fn give(&self, id: &str, session: &str) -> Result<(), LoginRefusal> {
         if session.trim().is_empty() {
             return Err(LoginRefusal::Blank);
         }
-        let login = self.lock().remove(id).ok_or(LoginRefusal::Unknown)?;
-        if !login.live(Instant::now()) {
-            return Err(LoginRefusal::Unknown);
+        let mut pending = self.lock();
+        match pending.get(id) {
+            Some(login) if login.waits(Instant::now()) => {}
+            _ => return Err(LoginRefusal::Unknown),
         }
-        login
-            .session
-            .send(session.to_owned())
-            .map_err(|_| LoginRefusal::Unknown)
+        let login = pending.remove(id).ok_or(LoginRefusal::Unknown)?;
+        match login.to {
+            Waiter::Call(sender) => sender
+                .send(session.to_owned())
+                .map_err(|_| LoginRefusal::Unknown),
+            Waiter::Retries(ref sender) => {
+                sender.send_replace(Some(session.to_owned()));
+                pending.insert(id.to_owned(), login);
+                Ok(())
+            }
+        }
+    }
+
+    /// The session of login `id`, opened for `caller`'s retries, once given: waits for it up
+    /// to [`RETRY_HOLD`] (and no later than the login's deadline). The first retry to find it
+    /// given takes it; the login is forgotten then.
+    pub async fn take(&self, id: &str, caller: &Caller) -> Result<Taken, LoginRefusal> {
+        let (mut given, until) = {
+            let pending = self.lock();
+            match pending.get(id) {
+                Some(Pending {
+                    to: Waiter::Retries(sender),
+                    caller: opened_by,
+                    until,
+                    ..
+                }) if opened_by == caller => (sender.subscribe(), *until),
+                _ => return Err(LoginRefusal::Unknown),
+            }
+        };
+        let hold_until = until.min(Instant::now() + self.hold);
+        match tokio::time::timeout_at(hold_until, given.wait_for(Option::is_some)).await {
+            Ok(Ok(_)) => {}
+            // The login was taken by another retry, or forgotten at its deadline.
+            Ok(Err(_)) => return Err(LoginRefusal::Unknown),
+            Err(_) if hold_until < until => return Ok(Taken::NotYet),
+            Err(_) => {
+                self.lock().remove(id);
+                return Err(LoginRefusal::Unknown);
+            }
+        }
+        let taken = self.lock().remove(id);
+        match taken.map(|login| login.to) {
+            Some(Waiter::Retries(sender)) => sender
+                .borrow()
+                .clone()
+                .map(Taken::Session)
+                .ok_or(LoginRefusal::Unknown),
+            _ => Err(LoginRefusal::Unknown),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
@@ -259,6 +372,63 @@ mod tests {
         assert_eq!(full, Some(NoRoom("as many as the server allows wait")));
         drop((mine, held));
         assert!(logins.open("BrowseWeb", &login(), &alice()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_session_given_on_the_page_goes_to_the_first_retry_of_its_caller_only() {
+        let logins = Logins::default();
+        let id = logins
+            .open_for_retries("BrowseWeb", &login(), &alice())
+            .unwrap();
+        assert_eq!(logins.view(&id).unwrap().tool, "BrowseWeb");
+        let bob = Caller::with_token("bob-token-0123456789");
+        assert_eq!(logins.take(&id, &bob).await, Err(LoginRefusal::Unknown));
+        logins.give(&id, "sid=1").unwrap();
+        // Given: the page no longer takes one, and the session waits for the retry.
+        assert_eq!(logins.give(&id, "sid=2"), Err(LoginRefusal::Unknown));
+        assert_eq!(logins.view(&id), Err(LoginRefusal::Unknown));
+        // Another login opening meanwhile does not drop a session given but not yet taken.
+        let _other = logins.open("BrowseWeb", &login(), &alice()).unwrap();
+        assert_eq!(
+            logins.take(&id, &alice()).await,
+            Ok(Taken::Session("sid=1".into()))
+        );
+        assert_eq!(logins.take(&id, &alice()).await, Err(LoginRefusal::Unknown));
+    }
+
+    #[tokio::test]
+    async fn a_retry_holds_for_the_session_and_past_the_hold_is_told_to_come_back() {
+        let logins = std::sync::Arc::new(Logins {
+            hold: Duration::from_millis(200),
+            ..Logins::default()
+        });
+        let id = logins
+            .open_for_retries("BrowseWeb", &login(), &alice())
+            .unwrap();
+        assert_eq!(logins.take(&id, &alice()).await, Ok(Taken::NotYet));
+        assert!(logins.view(&id).is_ok(), "the login still waits");
+        // Given while a retry holds: that retry takes it.
+        let retry = {
+            let (logins, id) = (logins.clone(), id.clone());
+            tokio::spawn(async move { logins.take(&id, &alice()).await })
+        };
+        tokio::task::yield_now().await;
+        logins.give(&id, "sid=1").unwrap();
+        assert_eq!(retry.await.unwrap(), Ok(Taken::Session("sid=1".into())));
+    }
+
+    #[tokio::test]
+    async fn a_retry_past_the_logins_deadline_finds_it_gone() {
+        let logins = Logins {
+            wait: Duration::from_millis(100),
+            ..Logins::default()
+        };
+        let id = logins
+            .open_for_retries("BrowseWeb", &login(), &alice())
+            .unwrap();
+        assert_eq!(logins.take(&id, &alice()).await, Err(LoginRefusal::Unknown));
+        assert_eq!(logins.give(&id, "sid=1"), Err(LoginRefusal::Unknown));
+        assert!(logins.lock().is_empty(), "forgotten");
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@
 
 mod calls;
 mod jobs;
+mod login_links;
 mod logins;
 mod parks;
 mod rounds;

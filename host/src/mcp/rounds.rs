@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::plugin::Park;
+use crate::plugin::{LoginRequest, Park};
 use crate::store::JobStore;
 
 /// How long a question may wait for its answer before the call must be made again.
@@ -51,6 +51,13 @@ pub enum Asked {
     Gate,
     /// The tool's own park.
     Park(Park),
+    /// A browser login, as a link to the page of login `id` (see `logins`); `opened` once the
+    /// person accepted the link and the retries wait for the session.
+    Login {
+        login: LoginRequest,
+        id: String,
+        opened: bool,
+    },
 }
 
 impl Round {
@@ -225,7 +232,7 @@ fn codec(key: Vec<u8>) -> Result<RequestStateCodec, String> {
     RequestStateCodec::try_new(key).map_err(|error| format!("the MCP sealing key: {error}"))
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)

@@ -12,7 +12,7 @@ mod calls;
 mod traces;
 
 pub use calls::{CallMetrics, ToolCalls, UNKNOWN_TOOL};
-pub use traces::{JobTrace, Traces, continue_trace, tracing_on};
+pub use traces::{JobTrace, SpanRef, Traces, continue_trace, tracing_on};
 
 use std::sync::OnceLock;
 use std::time::Duration;

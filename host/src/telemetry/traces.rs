@@ -16,8 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use opentelemetry::trace::{
-    Span as _, SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
-    TracerProvider as _,
+    Link, Span as _, SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
@@ -147,6 +147,18 @@ pub struct JobTrace {
     pub trace_id: String,
     pub span_id: String,
     pub started_ms: i64,
+    /// The span of the request that started the job (an MCP client's call, in the client's
+    /// trace), which the job's root span links to: the job's trace is its own, as long as it
+    /// lasts, and the caller's trace leads to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by: Option<SpanRef>,
+}
+
+/// A span of another trace, by its ids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpanRef {
+    pub trace_id: String,
+    pub span_id: String,
 }
 
 impl JobTrace {
@@ -160,7 +172,23 @@ impl JobTrace {
             trace_id: ids.new_trace_id().to_string(),
             span_id: ids.new_span_id().to_string(),
             started_ms: now_ms,
+            started_by: None,
         })
+    }
+
+    /// New ids for a job that the request served by the current span starts at `now_ms`, if
+    /// this process exports traces: the job's root span will link to that span.
+    pub fn begin_from_current_span(now_ms: i64) -> Option<Self> {
+        let mut trace = Self::begin(now_ms)?;
+        let current = tracing::Span::current().context();
+        let caller = current.span().span_context().clone();
+        if caller.is_valid() {
+            trace.started_by = Some(SpanRef {
+                trace_id: caller.trace_id().to_string(),
+                span_id: caller.span_id().to_string(),
+            });
+        }
+        Some(trace)
     }
 
     fn ids(&self) -> Option<(TraceId, SpanId)> {
@@ -199,10 +227,10 @@ impl JobTrace {
             KeyValue::new("maestro.wait.reason", reason),
             KeyValue::new("maestro.answer", answer),
         ];
-        self.write("park", None, unix_ms(parked_ms), resumed, attributes);
+        self.write("park", None, unix_ms(parked_ms), resumed, attributes, None);
     }
 
-    /// The job's root span, once its end is saved.
+    /// The job's root span, once its end is saved; linked to the span that started the job.
     pub fn end(&self, job: &str, piece: &str, status: &'static str, ended: SystemTime) {
         let attributes = vec![
             KeyValue::new("maestro.job.id", job.to_owned()),
@@ -210,7 +238,9 @@ impl JobTrace {
             KeyValue::new("maestro.status", status),
         ];
         let root = self.ids().map(|(_, span)| span);
-        self.write("job", root, unix_ms(self.started_ms), ended, attributes);
+        let links = self.started_by.as_ref().and_then(SpanRef::link);
+        let start = unix_ms(self.started_ms);
+        self.write("job", root, start, ended, attributes, links);
     }
 
     /// Writes a span over time already past: the root (`as_root` its id) or a child of it.
@@ -221,6 +251,7 @@ impl JobTrace {
         start: SystemTime,
         end: SystemTime,
         attributes: Vec<KeyValue>,
+        link: Option<Link>,
     ) {
         let (Some(tracer), Some((trace, _))) = (TRACER.get(), self.ids()) else {
             return;
@@ -240,9 +271,20 @@ impl JobTrace {
             .span_builder(name)
             .with_start_time(start)
             .with_attributes(attributes)
+            .with_links(link.into_iter().collect())
             .start_with_context(tracer, &parent);
         CHOSEN.with(|chosen| chosen.set(None));
         span.end_with_timestamp(end.max(start));
+    }
+}
+
+impl SpanRef {
+    /// A link to this span; `None` if its ids do not read as ids.
+    fn link(&self) -> Option<Link> {
+        let trace = TraceId::from_hex(&self.trace_id).ok()?;
+        let span = SpanId::from_hex(&self.span_id).ok()?;
+        let context = SpanContext::new(trace, span, TraceFlags::SAMPLED, true, TraceState::NONE);
+        Some(Link::with_context(context))
     }
 }
 

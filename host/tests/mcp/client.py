@@ -13,9 +13,13 @@ Usage:
                                                       then denied
   client.py rounds MAESTRO_BINARY PLUGIN_DIR          2026-07-28 by hand: a state answered twice,
                                                       altered, and sent with other arguments
-  client.py traced MAESTRO_BINARY PLUGIN_DIR TRACEPARENT
+  client.py traced MAESTRO_BINARY PLUGIN_DIR TRACEPARENT [ARGS]
                                                       2025-11-25: call echo with the client's
                                                       trace context in `_meta`, then without
+  client.py traced-piece MAESTRO_BINARY PLUGIN_DIR TRACEPARENT ARGS
+                                                      2025-11-25: call the piece `approval`
+                                                      (ARGS for maestro give --jobs) with the
+                                                      client's trace context, approving it
   client.py http MODE URL TOKEN                       over streamable HTTP with a bearer token:
                                                       list, call, approve; then print `listed`
                                                       and wait for a line on stdin, after which a
@@ -47,6 +51,8 @@ Usage:
   client.py login-plain URL TOKEN PAGE                2025-11-25: call the tool BrowseWeb on
                                                       PAGE, which needs a login; print the
                                                       link, open it (accept), print the result
+  client.py login-rounds URL TOKEN PAGE               the same in 2026-07-28: the link comes as
+                                                      `input_required`, the SDK calls again
   client.py task-open URL TOKEN PIECE                 2026-07-28 with the tasks extension: call
                                                       the piece, poll until the task asks,
                                                       open its link (tasks/update accept),
@@ -77,13 +83,13 @@ if SCENARIO in ("tour", "gate", "http", "pieces"):
     MODE, ARGS = sys.argv[2], sys.argv[3:]
 else:
     MODE, ARGS = "2026-07-28", sys.argv[2:]
-if SCENARIO in ("tour", "gate", "rounds", "traced"):
+if SCENARIO in ("tour", "gate", "rounds", "traced", "traced-piece"):
     MAESTRO, PLUGINS, EXTRA = ARGS[0], ARGS[1], ARGS[2:]
-    # `traced` takes the client's traceparent, and hands the server this process's environment,
+    # `traced*` take the client's traceparent, and hand the server this process's environment,
     # the OTLP endpoint with it (the SDK passes only a few variables of its own choosing).
     ENV = None
-    if SCENARIO == "traced":
-        (TRACEPARENT,), EXTRA, ENV = EXTRA, [], dict(os.environ)
+    if SCENARIO.startswith("traced"):
+        (TRACEPARENT, *EXTRA), ENV = EXTRA, dict(os.environ)
     TARGET = StdioServerParameters(
         command=MAESTRO, args=["mcp", "--plugins", PLUGINS, *EXTRA], env=ENV
     )
@@ -183,6 +189,13 @@ async def traced():
         child = result(await client.call_tool("echo", {"text": "traced"}, meta=parent))
         alone = result(await client.call_tool("echo", {"text": "untraced"}))
     return {"child": child, "alone": alone}
+
+
+async def traced_piece():
+    parent = {"traceparent": TRACEPARENT}
+    _, approve = answering(types.ElicitResult(action="accept", content={"decision": "approve"}))
+    async with Client(TARGET, mode="legacy", elicitation_callback=approve) as client:
+        return {"ran": result(await client.call_tool("approval", PIECE_INPUT, meta=parent))}
 
 
 async def gate():
@@ -500,9 +513,10 @@ async def task_run():
     return seen
 
 
-async def open_links_and_call(tool, arguments):
-    """2025-11-25: call `tool`; print each link it sends the person to and open it (accept);
-    then the call's result and the links whose step the server said was done."""
+async def open_links_and_call(tool, arguments, mode="legacy"):
+    """Call `tool` (in 2025-11-25, or in `mode`); print each link it sends the person to and
+    open it (accept); then the call's result and the links whose step the server said was
+    done (a notification that only 2025-11-25 has)."""
     url, token = ARGS[0], ARGS[1]
     links = []
     completed = []
@@ -525,11 +539,12 @@ async def open_links_and_call(tool, arguments):
 
     async with over_http(url, token) as http_client:
         target = streamable_http_client(url, http_client=http_client)
-        async with Client(target, mode="legacy", elicitation_callback=open_link, message_handler=on_message) as client:
+        async with Client(target, mode=mode, elicitation_callback=open_link, message_handler=on_message) as client:
             done = result(await client.call_tool(tool, arguments))
             # Over HTTP the notification comes on the session's own stream, not the call's.
-            with anyio.move_on_after(30):
-                await heard.wait()
+            if mode == "legacy":
+                with anyio.move_on_after(30):
+                    await heard.wait()
             return {"protocol_version": client.protocol_version, "links": links, "result": done,
                     "completed": completed, "messages": heard_all}
 
@@ -540,6 +555,10 @@ async def login_in_call():
 
 async def login_plain():
     return await open_links_and_call("BrowseWeb", {"url": ARGS[2]})
+
+
+async def login_rounds():
+    return await open_links_and_call("BrowseWeb", {"url": ARGS[2]}, mode="auto")
 
 
 async def task_open():
@@ -557,8 +576,8 @@ async def main():
     scenarios = {
         "tour": tour, "gate": gate, "http": http, "rounds": rounds, "ask": ask, "answer": answer,
         "pieces": pieces, "task-ask": task_ask, "task-answer": task_answer, "task-wait": task_wait,
-        "task-run": task_run, "login-in-call": login_in_call, "login-plain": login_plain, "task-open": task_open,
-        "traced": traced,
+        "task-run": task_run, "login-in-call": login_in_call, "login-plain": login_plain, "login-rounds": login_rounds, "task-open": task_open,
+        "traced": traced, "traced-piece": traced_piece,
     }
     print(json.dumps(await scenarios[SCENARIO]()))
 
