@@ -211,7 +211,7 @@ fn near_zero() {
         .expect("tokio runtime");
     rt.block_on(async {
         let running = NearZero
-            .serve(rmcp::transport::stdio())
+            .serve(rmcp::transport::stdio_pipes())
             .await
             .expect("the handshake");
         running.waiting().await.expect("the connection");

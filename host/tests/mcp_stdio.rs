@@ -210,3 +210,63 @@ fn a_2026_state_is_answered_once_and_never_altered_or_moved_to_other_arguments()
     let second: Value = serde_json::from_str(text(&seen["second_answered"])).unwrap();
     assert_eq!(second["decision"], "approved", "{seen}");
 }
+
+#[test]
+fn maestro_mcp_reads_and_writes_its_pipes_without_blocking_on_descriptions_of_its_own() {
+    use std::io::{BufRead, BufReader, Write};
+    let plugins = plugins();
+    let mut server = common::maestro_command()
+        .args(["mcp", "--plugins"])
+        .arg(plugins.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = server.stdin.take().unwrap();
+    let mut output = BufReader::new(server.stdout.take().unwrap());
+    writeln!(
+        input,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"0"}}}}}}"#
+    )
+    .unwrap();
+    let mut answer = String::new();
+    output.read_line(&mut answer).unwrap();
+    assert!(answer.contains(r#""id":1,"result""#), "{answer}");
+
+    // Each of its standard pipes is open a second time, non-blocking, on the runtime's
+    // reactor; the standard descriptors themselves keep blocking, for anything it starts.
+    let proc = std::path::PathBuf::from(format!("/proc/{}", server.id()));
+    let target = |fd: &str| std::fs::read_link(proc.join("fd").join(fd)).unwrap();
+    let non_blocking = |fd: &str| {
+        let info = std::fs::read_to_string(proc.join("fdinfo").join(fd)).unwrap();
+        let flags = info
+            .lines()
+            .find_map(|line| line.strip_prefix("flags:"))
+            .unwrap()
+            .trim();
+        u32::from_str_radix(flags, 8).unwrap() & 0o4000 != 0
+    };
+    for standard in ["0", "1"] {
+        let pipe = target(standard);
+        assert!(pipe.to_string_lossy().starts_with("pipe:"), "{pipe:?}");
+        assert!(
+            !non_blocking(standard),
+            "fd {standard} was made non-blocking"
+        );
+        let reopened = std::fs::read_dir(proc.join("fd"))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|fd| fd != standard && target(fd) == pipe)
+            .any(|fd| non_blocking(&fd));
+        assert!(
+            reopened,
+            "no non-blocking descriptor of fd {standard}'s pipe"
+        );
+    }
+    drop(input);
+    assert!(
+        server.wait().unwrap().success(),
+        "ends when its client goes"
+    );
+}

@@ -47,11 +47,14 @@ pub fn public_url(text: &str) -> Result<String, String> {
     Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
-/// Serves `server` on this process's stdin and stdout until the client goes.
+/// Serves `server` on this process's stdin and stdout until the client goes. Where they are
+/// pipes (as a client that starts maestro makes them) they are read and written on the
+/// runtime's reactor, on file descriptions of their own: no hand-off to a blocking thread for
+/// each message.
 pub async fn serve_stdio(server: ToolServer) -> Result<(), String> {
     use rmcp::ServiceExt as _;
     let running = server
-        .serve(rmcp::transport::stdio())
+        .serve(rmcp::transport::stdio_pipes())
         .await
         .map_err(|error| format!("the MCP client's handshake failed: {error}"))?;
     running
