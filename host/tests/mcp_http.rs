@@ -19,18 +19,13 @@ use std::process::Stdio;
 use common::McpSdk;
 use reqwest::Method;
 use serde_json::{Value, json};
-use serve_support::{APPROVAL_SCRIPT, ServerFolder, TOKEN, TestServer, approval_piece};
+use serve_support::{APPROVED, TOKEN, TestServer, approval_folder, check_asked_in_call};
 
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_python_sdk_uses_the_tools_over_http_and_hears_of_a_plugin_installed_meanwhile() {
-    let server = TestServer::start(ServerFolder::new(
-        &[approval_piece()],
-        APPROVAL_SCRIPT,
-        maestro_plugins::FIRST_PARTY,
-        true,
-    ));
+    let server = TestServer::start(approval_folder(true));
     let post = |token: Option<&str>, origin: Option<&str>| {
         let mut request = server
             .http
@@ -151,12 +146,7 @@ fn run_python(args: &[&str], server: &TestServer) -> Value {
 const OTHER_TOKEN: &str = "another-token-for-another-caller";
 
 fn two_token_server() -> TestServer {
-    let folder = ServerFolder::new(
-        &[approval_piece()],
-        APPROVAL_SCRIPT,
-        maestro_plugins::FIRST_PARTY,
-        true,
-    );
+    let folder = approval_folder(true);
     let config = folder.path("maestro.toml");
     let text = std::fs::read_to_string(&config).unwrap();
     let two_tokens = format!("tokens = [\"{TOKEN}\", \"{OTHER_TOKEN}\"]");
@@ -167,9 +157,6 @@ fn two_token_server() -> TestServer {
     .unwrap();
     TestServer::start(folder)
 }
-
-/// What the approval piece's job ends with (its `complete`'s summary, from the script).
-const APPROVED: &str = "RotateKey was approved and ran.";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_piece_is_a_task_that_outlives_a_restart_and_moves_by_tasks_update_or_the_inbox() {
@@ -294,17 +281,8 @@ async fn a_piece_called_without_tasks_is_asked_in_the_call_or_says_where_its_job
 
 #[tokio::test(flavor = "multi_thread")]
 async fn behind_a_proxy_the_job_pages_mcp_clients_are_sent_to_are_at_the_public_url() {
-    let folder = ServerFolder::new(
-        &[approval_piece()],
-        APPROVAL_SCRIPT,
-        maestro_plugins::FIRST_PARTY,
-        true,
-    );
-    let config = folder.path("maestro.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    // `[server]` is the config's last table.
-    let text = format!("{text}public_url = \"https://maestro.example.com/\"\n");
-    std::fs::write(&config, text).unwrap();
+    let folder =
+        approval_folder(true).with_server_setting(r#"public_url = "https://maestro.example.com/""#);
     let server = TestServer::start(folder);
     let seen = tokio::task::block_in_place(|| {
         run_python(&["pieces", "auto", &server.url("/mcp"), TOKEN], &server)
@@ -317,18 +295,6 @@ async fn behind_a_proxy_the_job_pages_mcp_clients_are_sent_to_are_at_the_public_
         "{told}"
     );
     assert!(!told.contains("127.0.0.1"), "{told}");
-}
-
-/// What a 2025-11-25 client saw of the piece: its job's question asked in the middle of the
-/// call, and the answer ending the job with its result.
-fn check_asked_in_call(seen: &Value) {
-    assert_eq!(
-        seen["asked_in_call"],
-        json!({ "is_error": false, "text": APPROVED }),
-        "{seen}"
-    );
-    let message = seen["asked_in_call_asked"][0]["message"].as_str().unwrap();
-    assert!(message.contains("RotateKey"), "{message}");
 }
 
 /// What a client that cannot be asked saw of the piece: where its job waits, which it does.

@@ -10,20 +10,12 @@ mod serve_support;
 
 use common::McpSdk;
 use serde_json::{Value, json};
-use serve_support::{APPROVAL_SCRIPT, ServerFolder, approval_piece};
-
-/// What the approval piece's job ends with (its `complete`'s summary, from the script).
-const APPROVED: &str = "RotateKey was approved and ran.";
+use serve_support::{APPROVED, ServerFolder, approval_folder, check_asked_in_call};
 
 /// The folder's config: the approval piece, its scripted model, the first-party plugins and a
 /// SQLite store.
 fn folder() -> ServerFolder {
-    ServerFolder::new(
-        &[approval_piece()],
-        APPROVAL_SCRIPT,
-        maestro_plugins::FIRST_PARTY,
-        false,
-    )
+    approval_folder(false)
 }
 
 /// The client's target: `maestro mcp --jobs` on `folder`'s config, started by the client.
@@ -119,13 +111,7 @@ fn a_piece_called_over_stdio_is_asked_in_the_call_or_sends_the_person_to_the_pub
         assert!(tools.contains(&json!(tool)), "{tool} missing: {seen}");
     }
     assert_eq!(seen["piece"]["schema"]["required"], json!(["input"]));
-    assert_eq!(
-        seen["asked_in_call"],
-        json!({ "is_error": false, "text": APPROVED }),
-        "{seen}"
-    );
-    let message = seen["asked_in_call_asked"][0]["message"].as_str().unwrap();
-    assert!(message.contains("RotateKey"), "{message}");
+    check_asked_in_call(&seen);
     let bad = seen["bad_arguments"]["message"].as_str().unwrap();
     assert!(bad.contains("no argument `text`"), "{bad}");
     // A client that cannot be asked is told where the job waits: its page at the address the

@@ -354,12 +354,7 @@ fn an_mcp_clients_trace_context_makes_its_tool_call_a_child_of_the_clients_span(
 #[test]
 fn a_job_an_mcp_call_starts_has_its_own_trace_whose_root_links_to_the_call() {
     let (_runtime, collector, received) = start_collector();
-    let folder = serve_support::ServerFolder::new(
-        &[serve_support::approval_piece()],
-        serve_support::APPROVAL_SCRIPT,
-        maestro_plugins::FIRST_PARTY,
-        false,
-    );
+    let folder = serve_support::approval_folder(false);
     let traceparent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
     let output = common::McpSdk::Python
         .command(&["traced-piece"])
@@ -373,10 +368,7 @@ fn a_job_an_mcp_call_starts_has_its_own_trace_whose_root_links_to_the_call() {
         .unwrap();
     assert!(output.status.success(), "{}", text(&output));
     let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(
-        seen["ran"]["text"], "RotateKey was approved and ran.",
-        "{seen}"
-    );
+    assert_eq!(seen["ran"]["text"], serve_support::APPROVED, "{seen}");
 
     let deadline = Instant::now() + Duration::from_secs(30);
     let spans = loop {

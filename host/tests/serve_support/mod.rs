@@ -97,6 +97,15 @@ impl ServerFolder {
         self
     }
 
+    /// The folder with `line` (`key = value`) in its config's `[server]` table.
+    pub fn with_server_setting(self, line: &str) -> Self {
+        let config = self.path("maestro.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        // `[server]` is the last table.
+        std::fs::write(&config, format!("{text}{line}\n")).unwrap();
+        self
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -283,6 +292,33 @@ pub fn approval_piece() -> (&'static str, &'static str) {
         "approval.yaml",
         include_str!("../../../pieces/approval.yaml"),
     )
+}
+
+/// What a job of the approval piece ends with once approved (its `complete`'s summary, from
+/// [`APPROVAL_SCRIPT`]).
+pub const APPROVED: &str = "RotateKey was approved and ran.";
+
+/// A folder of the approval piece, its scripted model and the first-party plugins; `token`:
+/// whether the API needs [`TOKEN`].
+pub fn approval_folder(token: bool) -> ServerFolder {
+    ServerFolder::new(
+        &[approval_piece()],
+        APPROVAL_SCRIPT,
+        maestro_plugins::FIRST_PARTY,
+        token,
+    )
+}
+
+/// What an MCP client of 2025-11-25 saw of the approval piece called as a tool: its job's
+/// question asked in the middle of the call, and the answer ending the job with its result.
+pub fn check_asked_in_call(seen: &Value) {
+    assert_eq!(
+        seen["asked_in_call"],
+        json!({ "is_error": false, "text": APPROVED }),
+        "{seen}"
+    );
+    let message = seen["asked_in_call_asked"][0]["message"].as_str().unwrap();
+    assert!(message.contains("RotateKey"), "{message}");
 }
 
 /// A server with the commission piece, its worker's piece and their scripted model: the seed's
