@@ -147,7 +147,69 @@ fn a_public_url_that_is_not_an_http_address_stops_the_start_naming_it() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("--public-url: `maestro.example.com` is not a URL"),
+        stderr.contains("--public-url (or MAESTRO_PUBLIC_URL): `maestro.example.com` is not a URL"),
         "{stderr}"
     );
+}
+
+#[test]
+fn maestro_mcp_with_jobs_stops_its_runners_when_the_client_goes_or_on_sigterm() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+    let folder = folder();
+    for signal in [None, Some("TERM")] {
+        let mut server = common::maestro_command()
+            .args(["mcp", "--jobs", "--config"])
+            .arg(folder.path("maestro.toml"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = server.stdin.take().unwrap();
+        let mut output = BufReader::new(server.stdout.take().unwrap());
+        writeln!(
+            input,
+            r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"0"}}}}}}"#
+        )
+        .unwrap();
+        let mut answer = String::new();
+        output.read_line(&mut answer).unwrap();
+        assert!(answer.contains(r#""id":1,"result""#), "{answer}");
+        let input = match signal {
+            None => {
+                drop(input);
+                None
+            }
+            Some(signal) => {
+                let sent = std::process::Command::new("kill")
+                    .args(["-s", signal, &server.id().to_string()])
+                    .status()
+                    .unwrap();
+                assert!(sent.success());
+                Some(input)
+            }
+        };
+        let deadline = std::time::Instant::now() + serve_support::STATE_WAIT;
+        let status = loop {
+            if let Some(status) = server.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still running ({signal:?})"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        drop(input);
+        let mut said = String::new();
+        server
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut said)
+            .unwrap();
+        assert!(status.success(), "{signal:?}: {status}\n{said}");
+        assert!(said.contains("maestro mcp done: "), "{signal:?}: {said}");
+    }
 }

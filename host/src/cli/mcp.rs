@@ -5,8 +5,8 @@
 //! Invariant: stdout carries the protocol and nothing else; what the command has to say
 //! (plugins that failed to load, what it serves) goes to stderr. With `--jobs`, a job is only
 //! ever claimed, run and saved through the store, as `maestro work` does: the client going away
-//! stops the runners at their next step, and what they leave is taken up by the next process
-//! on that store.
+//! (or Ctrl-C, or SIGTERM) stops the runners at their next step, and what they leave is taken
+//! up by the next process on that store.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +56,12 @@ pub async fn execute(command: &McpCommand, runtime: Runtime) -> Result<(), Failu
             "--runners runs the jobs of --jobs: give --jobs too",
         ));
     }
+    if command.public_url.is_some() {
+        eprintln!(
+            "warning: --public-url (or MAESTRO_PUBLIC_URL) names where the jobs of --jobs are \
+             answered; without --jobs it is not used"
+        );
+    }
     let policy = setup.policy(&runtime)?;
     let mut plugins = Vec::new();
     for loaded in load_folder(&runtime, &dir, &policy).await? {
@@ -84,14 +90,15 @@ async fn serve_with_jobs(
 ) -> Result<(), Failure> {
     let runners = command.runners.or(setup.server.runners).unwrap_or(2);
     if runners == 0 {
-        return Err(Failure::usage("--runners: must be at least 1"));
+        let at = match command.runners {
+            Some(_) => "--runners".to_owned(),
+            None => setup.server_field("runners"),
+        };
+        return Err(Failure::usage(format!("{at}: must be at least 1")));
     }
     let lease_ms = setup.server.lease_ms.unwrap_or(30_000);
     if lease_ms < 30 {
-        let at = match &setup.config {
-            Some(file) => format!("{}: server.lease_ms", file.display()),
-            None => "server.lease_ms".to_owned(),
-        };
+        let at = setup.server_field("lease_ms");
         return Err(Failure::usage(format!("{at}: must be at least 30")));
     }
     let public_url = setup.public_url(command.public_url.as_deref())?;
@@ -103,6 +110,7 @@ async fn serve_with_jobs(
         }
     }
     let engine = Arc::new(setup.live_engine(&runtime, &store, &plugins)?);
+    let sealer = Sealer::with_store(store.clone()).map_err(Failure::failed)?;
     let wake = setup.wake.clone();
     let jobs = Arc::new(
         Jobs::new(
@@ -137,7 +145,6 @@ async fn serve_with_jobs(
         let (worker, stop) = (Arc::new(worker), stop.clone());
         tokio::spawn(async move { worker.run(stop, false).await })
     };
-    let sealer = Sealer::with_store(store.clone()).map_err(Failure::failed)?;
     let server = ToolServer::new(plugins.slot().clone(), sealer)
         .with_versions(plugins.clone())
         .with_jobs(jobs)
@@ -146,13 +153,16 @@ async fn serve_with_jobs(
         "maestro mcp serves the tools of {} and the pieces of {} on stdio; {runners} runner(s) on \
          store {}",
         dir.display(),
-        setup
-            .pieces
-            .as_deref()
-            .map_or_else(|| "-".into(), |p| p.display().to_string()),
+        setup.pieces.clone().unwrap_or_default().display(),
         setup.store
     );
-    let served = serve_stdio(server).await;
+    let served = tokio::select! {
+        served = serve_stdio(server) => served,
+        () = super::serve::wait_for_stop() => {
+            eprintln!("stopping: runners finish their current step");
+            Ok(())
+        }
+    };
     stop.cancel();
     let stats = worker.await.unwrap_or_default();
     for task in [heard, follower].into_iter().flatten() {

@@ -41,10 +41,7 @@ pub struct ServeCommand {
 pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Failure> {
     let setup = Setup::resolve(&command.engine)?;
     let server = &setup.server;
-    let at = |field: &str| match &setup.config {
-        Some(file) => format!("{}: server.{field}", file.display()),
-        None => format!("server.{field}"),
-    };
+    let at = |field: &str| setup.server_field(field);
     let listen_text = command
         .listen
         .clone()
@@ -207,7 +204,7 @@ pub(super) fn auth_for(setup: &Setup, listen: SocketAddr) -> Result<Auth, Failur
     })
 }
 
-async fn wait_for_stop() {
+pub(super) async fn wait_for_stop() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

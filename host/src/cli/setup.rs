@@ -424,18 +424,22 @@ impl Setup {
         })
     }
 
-    /// The address of the server's pages for MCP links: `flag`, else `server.public_url`;
-    /// checked, an error naming where it came from.
+    /// Where a field of the `[server]` table is set, for an error about its value: the config
+    /// file and the field.
+    pub fn server_field(&self, field: &str) -> String {
+        match &self.config {
+            Some(file) => format!("{}: server.{field}", file.display()),
+            None => format!("server.{field}"),
+        }
+    }
+
+    /// The address of the server's pages for MCP links: `flag` (`--public-url` or
+    /// `MAESTRO_PUBLIC_URL`), else `server.public_url`; checked, an error naming where it came
+    /// from.
     pub fn public_url(&self, flag: Option<&str>) -> Result<Option<String>, Failure> {
         let (text, source) = match (flag, &self.server.public_url) {
-            (Some(text), _) => (text, "--public-url".to_owned()),
-            (None, Some(text)) => (
-                text.as_str(),
-                match &self.config {
-                    Some(file) => format!("{}: server.public_url", file.display()),
-                    None => "server.public_url".to_owned(),
-                },
-            ),
+            (Some(text), _) => (text, "--public-url (or MAESTRO_PUBLIC_URL)".to_owned()),
+            (None, Some(text)) => (text.as_str(), self.server_field("public_url")),
             (None, None) => return Ok(None),
         };
         crate::mcp::public_url(text)

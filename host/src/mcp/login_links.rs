@@ -6,10 +6,11 @@
 //! with only a new state), until the login's deadline.
 //!
 //! Invariant: the session goes from the page to the call alone, never through the client or
-//! the model. A retry takes it only under a state sealed for its caller, tool and arguments,
-//! and a state is spent when its retry takes the session, is told to come back (with a new
-//! state), or is answered with a decline or dismissal: no state resumes a call twice, and a
-//! retry whose request was cut while it held may be sent again.
+//! the model, and to one retry of it, once: a retry takes it only under a state sealed for its
+//! caller, tool and arguments, only as the newest retry of the login (one sent again replaces
+//! one whose request was cut while it held), and only after spending its state, so a replayed
+//! state takes nothing. A retry told to come back does not spend its state: it may be sent
+//! again. A decline or dismissal spends it and forgets the login.
 
 use rmcp::model::{
     CallToolResponse, CallToolResult, CustomNotification, ElicitRequest, ElicitRequestParams,
@@ -21,7 +22,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use super::calls::{QUESTION, answer_in, failed, opens_links, refused};
-use super::logins::{LOGIN_WAIT, Logins, Taken};
+use super::logins::{Given, Logins};
 use super::rounds::{Asked, Binding, Caller, Round};
 use super::server::ToolServer;
 use crate::plugin::LoginRequest;
@@ -38,7 +39,7 @@ fn ends(login: &LoginRequest, why: &str) -> CallToolResult {
 fn not_given() -> String {
     format!(
         "no session was given on its page within {} minutes",
-        LOGIN_WAIT.as_secs() / 60
+        super::logins::LOGIN_WAIT.as_secs() / 60
     )
 }
 
@@ -180,19 +181,24 @@ impl ToolServer {
             };
             if let Some(why) = why {
                 self.sealer.spend(round).await.map_err(refused)?;
+                if let Some(logins) = self.logins.as_deref() {
+                    logins.forget(id, caller);
+                }
                 return Ok(Err(ends(login, why).into()));
             }
         }
         let Some(logins) = self.logins.as_deref() else {
             return Ok(Err(ends(login, "this server keeps no logins").into()));
         };
-        match logins.take(id, caller).await {
-            Ok(Taken::Session(session)) => {
+        match logins.wait_given(id, caller).await {
+            Ok(Given::Ready(ticket)) => {
                 self.sealer.spend(round).await.map_err(refused)?;
-                Ok(Ok(session))
+                match logins.take(id, ticket) {
+                    Ok(session) => Ok(Ok(session)),
+                    Err(end) => Ok(Err(ends(login, &end.to_string()).into())),
+                }
             }
-            Ok(Taken::NotYet) => {
-                self.sealer.spend(round).await.map_err(refused)?;
+            Ok(Given::NotYet) => {
                 let waits = Asked::Login {
                     login: login.clone(),
                     id: id.clone(),
@@ -202,14 +208,128 @@ impl ToolServer {
                 let state = self.sealer.seal(&next, binding);
                 Ok(Err(InputRequiredResult::new(None, Some(state)).into()))
             }
-            Err(_) => Ok(Err(ends(
-                login,
-                &format!(
-                    "{} (or the retry reached another node than the one that opened it)",
-                    not_given()
-                ),
-            )
-            .into())),
+            Err(end) => Ok(Err(ends(login, &end.to_string()).into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::{CatalogSlot, ToolCatalog};
+    use crate::mcp::rounds::Sealer;
+
+    fn server(logins: &Arc<Logins>) -> ToolServer {
+        let catalog = Arc::new(ToolCatalog::new(Vec::new()).unwrap());
+        let sealer = Sealer::in_memory().unwrap();
+        ToolServer::new(Arc::new(CatalogSlot::new(catalog)), sealer).with_logins(logins.clone())
+    }
+
+    fn login() -> LoginRequest {
+        LoginRequest {
+            url: "https://bank.test/login".into(),
+            reason: "the statement is behind a login".into(),
+        }
+    }
+
+    fn reply(action: &str) -> BTreeMap<String, Value> {
+        BTreeMap::from([(QUESTION.to_owned(), json!({ "action": action }))])
+    }
+
+    /// A 2026-07-28 call of BrowseWeb by alice parked on a login: the server, the login's
+    /// id, the round its link was sent with, the caller and the binding of its state.
+    fn parked(logins: &Arc<Logins>) -> (ToolServer, String, Round, Caller, Binding) {
+        let caller = Caller::with_token("alice-token-0123456789");
+        let binding = Binding::new(
+            &caller,
+            "BrowseWeb",
+            &json!({ "url": "https://bank.test/" }),
+        );
+        let id = logins
+            .open_for_retries("BrowseWeb", &login(), &caller)
+            .unwrap();
+        let asked = Asked::Login {
+            login: login(),
+            id: id.clone(),
+            opened: false,
+        };
+        let round = Round::new("browse-web", "hash", asked, 1);
+        (server(logins), id, round, caller, binding)
+    }
+
+    /// The text of a call's result that ended it.
+    fn text(response: &CallToolResponse) -> String {
+        let CallToolResponse::Complete(result) = response else {
+            panic!("not a result: {response:?}");
+        };
+        assert_eq!(result.is_error, Some(true), "{result:?}");
+        serde_json::to_value(result).unwrap()["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[tokio::test]
+    async fn a_retry_before_the_session_is_told_to_come_back_and_the_next_one_takes_it_once() {
+        let logins = Arc::new(Logins::holding_for(Duration::from_millis(100)));
+        let (server, id, first, caller, binding) = parked(&logins);
+        // Accepted, but no session yet: a state alone, to call again with.
+        let Ok(Err(come_back)) = server
+            .session_for_retry(&first, Some(&reply("accept")), &caller, &binding)
+            .await
+        else {
+            panic!("the retry did not come back for more");
+        };
+        let CallToolResponse::InputRequired(come_back) = come_back else {
+            panic!("not input_required: {come_back:?}");
+        };
+        assert!(come_back.input_requests.is_none(), "{come_back:?}");
+        let state = come_back.request_state.as_deref().unwrap();
+        let next = server.sealer.open(state, &binding).unwrap();
+        assert!(matches!(next.asked, Asked::Login { opened: true, .. }));
+
+        logins.give(&id, "sid=1").unwrap();
+        let taken = server
+            .session_for_retry(&next, None, &caller, &binding)
+            .await
+            .unwrap();
+        assert_eq!(taken.ok().as_deref(), Some("sid=1"));
+        // Either state sent again takes nothing.
+        for round in [&first, &next] {
+            let Ok(Err(ended)) = server
+                .session_for_retry(round, Some(&reply("accept")), &caller, &binding)
+                .await
+            else {
+                panic!("a replay took a session");
+            };
+            assert!(text(&ended).contains("no login waits"), "{}", text(&ended));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_declined_link_ends_the_call_and_forgets_the_login() {
+        let logins = Arc::new(Logins::default());
+        let (server, id, round, caller, binding) = parked(&logins);
+        let Ok(Err(ended)) = server
+            .session_for_retry(&round, Some(&reply("decline")), &caller, &binding)
+            .await
+        else {
+            panic!("a declined login went on");
+        };
+        assert!(text(&ended).contains("declined"), "{}", text(&ended));
+        assert!(logins.view(&id).is_err(), "the page no longer shows it");
+        // Sent again, now accepted, it finds no login to take a session from.
+        let Ok(Err(again)) = server
+            .session_for_retry(&round, Some(&reply("accept")), &caller, &binding)
+            .await
+        else {
+            panic!("a declined login went on when sent again");
+        };
+        assert!(text(&again).contains("no login waits"), "{}", text(&again));
     }
 }

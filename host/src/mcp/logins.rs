@@ -62,12 +62,29 @@ pub enum LoginRefusal {
 #[error("no login could wait on this server now: {0}")]
 pub struct NoRoom(&'static str);
 
-/// What a [`Logins::take`] came back with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Taken {
-    Session(String),
+/// What a retry that waited for a login's session found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Given {
+    /// The session is there, for this retry to [`take`](Logins::take) with its ticket.
+    Ready(RetryTicket),
     /// The session was not given within [`RETRY_HOLD`]; the login still waits.
     NotYet,
+}
+
+/// The newest retry of a login, which alone may take its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryTicket(u64);
+
+/// Why a retry gets no session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RetryEnd {
+    #[error(
+        "no login waits under this id here: no session was given on its page in time, it was \
+         declined, or it was opened on another node"
+    )]
+    Gone,
+    #[error("a newer retry of this call came for the login and took it over")]
+    Superseded,
 }
 
 struct Pending {
@@ -81,8 +98,12 @@ struct Pending {
 enum Waiter {
     /// A call that waits in place; gone when it stops waiting.
     Call(oneshot::Sender<String>),
-    /// The retries of a call that returned: the session, once given, until one takes it.
-    Retries(watch::Sender<Option<String>>),
+    /// The retries of a call that returned: the session, once given, until the newest retry
+    /// takes it (a retry whose request was cut may still hold: the one sent again replaces it).
+    Retries {
+        session: watch::Sender<Option<String>>,
+        newest: u64,
+    },
 }
 
 impl Pending {
@@ -92,7 +113,7 @@ impl Pending {
         self.until > now
             && match &self.to {
                 Waiter::Call(sender) => !sender.is_closed(),
-                Waiter::Retries(_) => true,
+                Waiter::Retries { .. } => true,
             }
     }
 
@@ -101,7 +122,7 @@ impl Pending {
         self.kept(now)
             && match &self.to {
                 Waiter::Call(_) => true,
-                Waiter::Retries(session) => session.borrow().is_none(),
+                Waiter::Retries { session, .. } => session.borrow().is_none(),
             }
     }
 }
@@ -121,6 +142,17 @@ impl Default for Logins {
             pending: Mutex::default(),
             wait: LOGIN_WAIT,
             hold: RETRY_HOLD,
+        }
+    }
+}
+
+#[cfg(test)]
+impl Logins {
+    /// Logins whose retries hold for `hold` at most.
+    pub(super) fn holding_for(hold: Duration) -> Self {
+        Self {
+            hold,
+            ..Self::default()
         }
     }
 }
@@ -151,16 +183,17 @@ impl Logins {
         })
     }
 
-    /// A login whose session the retries of a call of `tool` by `caller` come back for with
-    /// [`Self::take`]; its id.
+    /// A login whose session the retries of a call of `tool` by `caller` come back for
+    /// ([`Self::wait_given`], [`Self::take`]); its id.
     pub fn open_for_retries(
         &self,
         tool: &str,
         login: &LoginRequest,
         caller: &Caller,
     ) -> Result<String, NoRoom> {
-        let (sender, _) = watch::channel(None);
-        let (id, _) = self.insert(tool, login, caller, Waiter::Retries(sender))?;
+        let (session, _) = watch::channel(None);
+        let waiter = Waiter::Retries { session, newest: 0 };
+        let (id, _) = self.insert(tool, login, caller, waiter)?;
         Ok(id)
     }
 
@@ -233,49 +266,85 @@ impl Logins {
             Waiter::Call(sender) => sender
                 .send(session.to_owned())
                 .map_err(|_| LoginRefusal::Unknown),
-            Waiter::Retries(ref sender) => {
-                sender.send_replace(Some(session.to_owned()));
+            Waiter::Retries {
+                session: ref to, ..
+            } => {
+                to.send_replace(Some(session.to_owned()));
                 pending.insert(id.to_owned(), login);
                 Ok(())
             }
         }
     }
 
-    /// The session of login `id`, opened for `caller`'s retries, once given: waits for it up
-    /// to [`RETRY_HOLD`] (and no later than the login's deadline). The first retry to find it
-    /// given takes it; the login is forgotten then.
-    pub async fn take(&self, id: &str, caller: &Caller) -> Result<Taken, LoginRefusal> {
-        let (mut given, until) = {
-            let pending = self.lock();
-            match pending.get(id) {
-                Some(Pending {
-                    to: Waiter::Retries(sender),
-                    caller: opened_by,
-                    until,
-                    ..
-                }) if opened_by == caller => (sender.subscribe(), *until),
-                _ => return Err(LoginRefusal::Unknown),
+    /// Waits, as the newest retry of login `id` (opened for `caller`'s retries), for its
+    /// session to be given: up to [`RETRY_HOLD`], and no later than the login's deadline.
+    /// Takes nothing: the retry spends its state first, then [`takes`](Self::take) it.
+    pub async fn wait_given(&self, id: &str, caller: &Caller) -> Result<Given, RetryEnd> {
+        let now = Instant::now();
+        let (mut given, until, ticket) = {
+            let mut pending = self.lock();
+            match pending.get_mut(id) {
+                Some(login) if login.caller == *caller && login.kept(now) => match &mut login.to {
+                    Waiter::Retries { session, newest } => {
+                        *newest += 1;
+                        (session.subscribe(), login.until, RetryTicket(*newest))
+                    }
+                    Waiter::Call(_) => return Err(RetryEnd::Gone),
+                },
+                _ => return Err(RetryEnd::Gone),
             }
         };
-        let hold_until = until.min(Instant::now() + self.hold);
+        let hold_until = until.min(now + self.hold);
         match tokio::time::timeout_at(hold_until, given.wait_for(Option::is_some)).await {
             Ok(Ok(_)) => {}
-            // The login was taken by another retry, or forgotten at its deadline.
-            Ok(Err(_)) => return Err(LoginRefusal::Unknown),
-            Err(_) if hold_until < until => return Ok(Taken::NotYet),
+            // Taken, or forgotten.
+            Ok(Err(_)) => return Err(RetryEnd::Gone),
+            Err(_) if hold_until < until => return self.newest(id, ticket).map(|()| Given::NotYet),
             Err(_) => {
                 self.lock().remove(id);
-                return Err(LoginRefusal::Unknown);
+                return Err(RetryEnd::Gone);
             }
         }
-        let taken = self.lock().remove(id);
-        match taken.map(|login| login.to) {
-            Some(Waiter::Retries(sender)) => sender
-                .borrow()
-                .clone()
-                .map(Taken::Session)
-                .ok_or(LoginRefusal::Unknown),
-            _ => Err(LoginRefusal::Unknown),
+        self.newest(id, ticket).map(|()| Given::Ready(ticket))
+    }
+
+    /// The session of login `id`, given and waited for by the retry holding `ticket`, if that
+    /// is still the newest retry; the login is forgotten then.
+    pub fn take(&self, id: &str, ticket: RetryTicket) -> Result<String, RetryEnd> {
+        let mut pending = self.lock();
+        self.newest_in(&pending, id, ticket)?;
+        match pending.remove(id).map(|login| login.to) {
+            Some(Waiter::Retries { session, .. }) => session.borrow().clone().ok_or(RetryEnd::Gone),
+            _ => Err(RetryEnd::Gone),
+        }
+    }
+
+    /// Forgets login `id` of `caller`, which the person declined or dismissed.
+    pub fn forget(&self, id: &str, caller: &Caller) {
+        let mut pending = self.lock();
+        if pending.get(id).is_some_and(|login| login.caller == *caller) {
+            pending.remove(id);
+        }
+    }
+
+    fn newest(&self, id: &str, ticket: RetryTicket) -> Result<(), RetryEnd> {
+        self.newest_in(&self.lock(), id, ticket)
+    }
+
+    /// Whether `ticket` is the newest retry of login `id`, which is still kept.
+    fn newest_in(
+        &self,
+        pending: &HashMap<String, Pending>,
+        id: &str,
+        ticket: RetryTicket,
+    ) -> Result<(), RetryEnd> {
+        match pending.get(id) {
+            Some(login) if login.kept(Instant::now()) => match &login.to {
+                Waiter::Retries { newest, .. } if *newest == ticket.0 => Ok(()),
+                Waiter::Retries { .. } => Err(RetryEnd::Superseded),
+                Waiter::Call(_) => Err(RetryEnd::Gone),
+            },
+            _ => Err(RetryEnd::Gone),
         }
     }
 
@@ -374,26 +443,41 @@ mod tests {
         assert!(logins.open("BrowseWeb", &login(), &alice()).is_ok());
     }
 
+    /// Waits until login `id` has seen `retries` retries.
+    async fn until_retries(logins: &Logins, id: &str, retries: u64) {
+        loop {
+            let seen = match logins.lock().get(id).map(|login| &login.to) {
+                Some(Waiter::Retries { newest, .. }) => *newest,
+                _ => panic!("login {id} is gone"),
+            };
+            if seen >= retries {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
-    async fn a_session_given_on_the_page_goes_to_the_first_retry_of_its_caller_only() {
+    async fn a_session_given_on_the_page_goes_to_a_retry_of_its_caller_once() {
         let logins = Logins::default();
         let id = logins
             .open_for_retries("BrowseWeb", &login(), &alice())
             .unwrap();
         assert_eq!(logins.view(&id).unwrap().tool, "BrowseWeb");
         let bob = Caller::with_token("bob-token-0123456789");
-        assert_eq!(logins.take(&id, &bob).await, Err(LoginRefusal::Unknown));
+        assert_eq!(logins.wait_given(&id, &bob).await, Err(RetryEnd::Gone));
         logins.give(&id, "sid=1").unwrap();
         // Given: the page no longer takes one, and the session waits for the retry.
         assert_eq!(logins.give(&id, "sid=2"), Err(LoginRefusal::Unknown));
         assert_eq!(logins.view(&id), Err(LoginRefusal::Unknown));
         // Another login opening meanwhile does not drop a session given but not yet taken.
         let _other = logins.open("BrowseWeb", &login(), &alice()).unwrap();
-        assert_eq!(
-            logins.take(&id, &alice()).await,
-            Ok(Taken::Session("sid=1".into()))
-        );
-        assert_eq!(logins.take(&id, &alice()).await, Err(LoginRefusal::Unknown));
+        let Ok(Given::Ready(ticket)) = logins.wait_given(&id, &alice()).await else {
+            panic!("the session was given");
+        };
+        assert_eq!(logins.take(&id, ticket).as_deref(), Ok("sid=1"));
+        assert_eq!(logins.take(&id, ticket), Err(RetryEnd::Gone));
+        assert_eq!(logins.wait_given(&id, &alice()).await, Err(RetryEnd::Gone));
     }
 
     #[tokio::test]
@@ -405,28 +489,61 @@ mod tests {
         let id = logins
             .open_for_retries("BrowseWeb", &login(), &alice())
             .unwrap();
-        assert_eq!(logins.take(&id, &alice()).await, Ok(Taken::NotYet));
+        assert_eq!(logins.wait_given(&id, &alice()).await, Ok(Given::NotYet));
         assert!(logins.view(&id).is_ok(), "the login still waits");
-        // Given while a retry holds: that retry takes it.
+        // Given while the next retry holds: that retry is woken for it.
         let retry = {
             let (logins, id) = (logins.clone(), id.clone());
-            tokio::spawn(async move { logins.take(&id, &alice()).await })
+            tokio::spawn(async move { logins.wait_given(&id, &alice()).await })
         };
-        tokio::task::yield_now().await;
+        until_retries(&logins, &id, 2).await;
         logins.give(&id, "sid=1").unwrap();
-        assert_eq!(retry.await.unwrap(), Ok(Taken::Session("sid=1".into())));
+        let Ok(Given::Ready(ticket)) = retry.await.unwrap() else {
+            panic!("the holding retry was not given the session");
+        };
+        assert_eq!(logins.take(&id, ticket).as_deref(), Ok("sid=1"));
     }
 
     #[tokio::test]
-    async fn a_retry_past_the_logins_deadline_finds_it_gone() {
+    async fn a_retry_sent_again_takes_over_from_one_whose_request_was_cut() {
+        let logins = std::sync::Arc::new(Logins::default());
+        let id = logins
+            .open_for_retries("BrowseWeb", &login(), &alice())
+            .unwrap();
+        let retry = || {
+            let (logins, id) = (logins.clone(), id.clone());
+            tokio::spawn(async move { logins.wait_given(&id, &alice()).await })
+        };
+        let cut = retry();
+        until_retries(&logins, &id, 1).await;
+        let again = retry();
+        until_retries(&logins, &id, 2).await;
+        logins.give(&id, "sid=1").unwrap();
+        assert_eq!(cut.await.unwrap(), Err(RetryEnd::Superseded));
+        let Ok(Given::Ready(ticket)) = again.await.unwrap() else {
+            panic!("the newest retry was not given the session");
+        };
+        assert_eq!(logins.take(&id, RetryTicket(1)), Err(RetryEnd::Superseded));
+        assert_eq!(logins.take(&id, ticket).as_deref(), Ok("sid=1"));
+    }
+
+    #[tokio::test]
+    async fn a_login_declined_or_past_its_deadline_is_gone() {
         let logins = Logins {
             wait: Duration::from_millis(100),
             ..Logins::default()
         };
+        let declined = logins
+            .open_for_retries("BrowseWeb", &login(), &alice())
+            .unwrap();
+        logins.forget(&declined, &Caller::anonymous());
+        assert!(logins.view(&declined).is_ok(), "only its caller forgets it");
+        logins.forget(&declined, &alice());
+        assert_eq!(logins.view(&declined), Err(LoginRefusal::Unknown));
         let id = logins
             .open_for_retries("BrowseWeb", &login(), &alice())
             .unwrap();
-        assert_eq!(logins.take(&id, &alice()).await, Err(LoginRefusal::Unknown));
+        assert_eq!(logins.wait_given(&id, &alice()).await, Err(RetryEnd::Gone));
         assert_eq!(logins.give(&id, "sid=1"), Err(LoginRefusal::Unknown));
         assert!(logins.lock().is_empty(), "forgotten");
     }

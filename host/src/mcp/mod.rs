@@ -3,8 +3,9 @@
 //! SDK (`rmcp`), in revision 2026-07-28 (a park returned as `input_required` with a sealed
 //! state, `rounds`) and in the revisions before it (a park asked in the middle of the call).
 //!
-//! In `maestro serve` and `maestro mcp --jobs`, every piece is a tool too, whose call is a job (`jobs`): a task for a
-//! client of the tasks extension (`tasks`), whose waits are asked as forms (`waits`).
+//! In `maestro serve` and `maestro mcp --jobs`, every piece is a tool too, whose call is a job
+//! (`jobs`): a task for a client of the tasks extension (`tasks`), whose waits are asked as
+//! forms (`waits`).
 //!
 //! Invariant: this layer only translates. What runs, under which policy and limits, is the
 //! plugin layer's; what a park asks and what an answer resumes with is decided in `parks`,

@@ -8,7 +8,8 @@
 //! every way it can fail to open reads the same to the client. An answer resumes a state at
 //! most once: its nonce is spent in the store, which every node shares (or, on stdio, in this
 //! process, the only one that holds the key). A state carries nothing secret: it is signed,
-//! not encrypted, and shows only what the client was asked.
+//! not encrypted, and shows only what the client was given already (the question, or the id of
+//! the login page it was sent to).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -8,7 +8,8 @@
 //! already name. Without an endpoint nothing is installed: spans are never enabled, and
 //! [`JobTrace::begin`] keeps no ids with the job. A caller's own trace context (W3C Trace
 //! Context, as an MCP client sends it in a request's `_meta`) is continued, never trusted for
-//! more than being the parent of the span that serves the request ([`continue_trace`]).
+//! more than being the parent of the span that serves the request ([`continue_trace`]); a job
+//! that request starts keeps that span's ids only to link its root span to it.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};

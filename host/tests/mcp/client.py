@@ -18,7 +18,7 @@ Usage:
                                                       trace context in `_meta`, then without
   client.py traced-piece MAESTRO_BINARY PLUGIN_DIR TRACEPARENT ARGS
                                                       2025-11-25: call the piece `approval`
-                                                      (ARGS for maestro give --jobs) with the
+                                                      (ARGS for `maestro mcp`: --jobs and its config) with the
                                                       client's trace context, approving it
   client.py http MODE URL TOKEN                       over streamable HTTP with a bearer token:
                                                       list, call, approve; then print `listed`
