@@ -301,15 +301,7 @@ async fn behind_a_proxy_the_job_pages_mcp_clients_are_sent_to_are_at_the_public_
 async fn check_unasked_piece(seen: &Value, server: &TestServer) {
     let told = seen["unasked"]["text"].as_str().unwrap();
     assert!(told.contains("waits for a person"), "{told}");
-    let page = told
-        .split_whitespace()
-        .find(|word| word.contains("/jobs/job-"))
-        .unwrap_or_else(|| panic!("no page in {told}"));
-    let job = page
-        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
-        .rsplit('/')
-        .next()
-        .unwrap();
+    let job = common::job_of_page(told, &server.url(""));
     let shown = server.get(&format!("/v1/jobs/{job}")).await;
     assert_eq!(shown["status"], "waiting_human", "{shown}");
     assert!(

@@ -213,26 +213,13 @@ fn a_2026_state_is_answered_once_and_never_altered_or_moved_to_other_arguments()
 
 #[test]
 fn maestro_mcp_reads_and_writes_its_pipes_without_blocking_on_descriptions_of_its_own() {
-    use std::io::{BufRead, BufReader, Write};
     let plugins = plugins();
-    let mut server = common::maestro_command()
+    let mut command = common::maestro_command();
+    command
         .args(["mcp", "--plugins"])
         .arg(plugins.path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut input = server.stdin.take().unwrap();
-    let mut output = BufReader::new(server.stdout.take().unwrap());
-    writeln!(
-        input,
-        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"0"}}}}}}"#
-    )
-    .unwrap();
-    let mut answer = String::new();
-    output.read_line(&mut answer).unwrap();
-    assert!(answer.contains(r#""id":1,"result""#), "{answer}");
+        .stderr(std::process::Stdio::null());
+    let (mut server, input, _output) = common::initialized_mcp(command);
 
     // Each of its standard pipes is open a second time, non-blocking, on the runtime's
     // reactor; the standard descriptors themselves keep blocking, for anything it starts.

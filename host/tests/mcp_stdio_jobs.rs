@@ -117,16 +117,7 @@ fn a_piece_called_over_stdio_is_asked_in_the_call_or_sends_the_person_to_the_pub
     // A client that cannot be asked is told where the job waits: its page at the address the
     // operator gave, the job waiting there.
     let told = seen["unasked"]["text"].as_str().unwrap();
-    let page = told
-        .split_whitespace()
-        .map(|word| word.trim_start_matches('('))
-        .find(|word| word.starts_with("https://maestro.example.com/ops/jobs/job-"))
-        .unwrap_or_else(|| panic!("no page at the public address in {told}"));
-    let job = page
-        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
-        .rsplit('/')
-        .next()
-        .unwrap();
+    let job = common::job_of_page(told, "https://maestro.example.com/ops");
     assert_eq!(status_of(&folder, job), "waiting_human");
 }
 
@@ -154,28 +145,15 @@ fn a_public_url_that_is_not_an_http_address_stops_the_start_naming_it() {
 
 #[test]
 fn maestro_mcp_with_jobs_stops_its_runners_when_the_client_goes_or_on_sigterm() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::process::Stdio;
+    use std::io::Read;
     let folder = folder();
     for signal in [None, Some("TERM")] {
-        let mut server = common::maestro_command()
+        let mut command = common::maestro_command();
+        command
             .args(["mcp", "--jobs", "--config"])
             .arg(folder.path("maestro.toml"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut input = server.stdin.take().unwrap();
-        let mut output = BufReader::new(server.stdout.take().unwrap());
-        writeln!(
-            input,
-            r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"0"}}}}}}"#
-        )
-        .unwrap();
-        let mut answer = String::new();
-        output.read_line(&mut answer).unwrap();
-        assert!(answer.contains(r#""id":1,"result""#), "{answer}");
+            .stderr(std::process::Stdio::piped());
+        let (mut server, input, _output) = common::initialized_mcp(command);
         let input = match signal {
             None => {
                 drop(input);

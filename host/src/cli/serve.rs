@@ -170,10 +170,7 @@ pub async fn execute(command: &ServeCommand, runtime: Runtime) -> Result<(), Fai
 /// The API's tokens from `server.tokens` and `MAESTRO_API_TOKEN`, checked for a server that
 /// listens on `listen`.
 pub(super) fn auth_for(setup: &Setup, listen: SocketAddr) -> Result<Auth, Failure> {
-    let at = |field: &str| match &setup.config {
-        Some(file) => format!("{}: server.{field}", file.display()),
-        None => format!("server.{field}"),
-    };
+    let at = |field: &str| setup.server_field(field);
     let mut tokens = Vec::new();
     for (index, entry) in setup.server.tokens.iter().enumerate() {
         let scope = match entry {

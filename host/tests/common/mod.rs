@@ -81,3 +81,45 @@ impl McpSdk {
         command
     }
 }
+
+/// `command` (a `maestro mcp`) started on pipes, past a 2025-11-25 `initialize`: the server, its
+/// stdin and its stdout.
+pub fn initialized_mcp(
+    mut command: Command,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    use std::io::{BufRead, Write};
+    let mut server = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = server.stdin.take().unwrap();
+    let mut output = std::io::BufReader::new(server.stdout.take().unwrap());
+    writeln!(
+        input,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"0"}}}}}}"#
+    )
+    .unwrap();
+    let mut answer = String::new();
+    output.read_line(&mut answer).unwrap();
+    assert!(answer.contains(r#""id":1,"result""#), "{answer}");
+    (server, input, output)
+}
+
+/// The job whose page (`{server}/jobs/<id>`, maybe in parentheses) `told` names.
+pub fn job_of_page<'a>(told: &'a str, server: &str) -> &'a str {
+    let prefix = format!("{server}/jobs/job-");
+    let page = told
+        .split_whitespace()
+        .map(|word| word.trim_start_matches('('))
+        .find(|word| word.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no page of {server} in {told}"));
+    page.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+        .rsplit('/')
+        .next()
+        .unwrap()
+}
