@@ -9,7 +9,8 @@
 //! included; `maestro-no-spare` the same with `--no-spare-instances`, each call instantiating its
 //! instance on its own path, for the spare instance's share. The rounds
 //! alternate the servers, so that drift in the machine's speed falls on both; what maestro adds
-//! is the median over rounds of the difference between the two medians of a round. Both
+//! is the median over rounds of the difference between the two medians of a round (many short
+//! rounds, so that a round rarely straddles a change in the machine's speed). Both
 //! revisions are measured: 2025-11-25 (`legacy`, a session) and 2026-07-28 (the SDK's `auto`).
 //!
 //! Needs the Python SDK of `.ci/install` under the target dir.
@@ -34,9 +35,9 @@ maestro_benches::allocate_like_maestro!();
 
 const SERVERS: [&str; 3] = ["near-zero", "maestro", "maestro-no-spare"];
 const MODES: [(&str, &str); 2] = [("legacy", "2025-11-25"), ("auto", "2026-07-28")];
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 15;
 const WARMUP: usize = 300;
-const CALLS: usize = 2_000;
+const CALLS: usize = 1_000;
 
 fn main() -> ExitCode {
     match std::env::var("MCP_BENCH_SERVER").as_deref() {

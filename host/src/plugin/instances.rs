@@ -3,15 +3,16 @@
 //! that the next call finds its instance ready instead of making it on its own path.
 //!
 //! Invariant: an instance serves one call and is dropped after it. A spare is instantiated in a
-//! fresh store after a call ended, with the epoch ticker running, under the limits of the call
-//! that will take it: the memory, fuel and processor time its instantiation used, and the
-//! wall-clock time it took, count against that call. It gets its job and call ids, the subtask
-//! spawner and its HTTP only when a call takes it, so nothing it runs before can start a job or
-//! send a request. Spares have pool slots of their own ([`SpareBudget`]), so they never take one
-//! from a call; a plugin has one spare at a time, drops it after [`SPARE_IDLE`] unused, makes
-//! none after one failed until a call instantiated on its own path succeeds, and none at all
-//! when its policy grants directories (those are opened when a call starts, so that the call
-//! sees the directory as it is then).
+//! fresh store after a call ended, on the runtime's idle-priority thread
+//! ([`SpareMaker`](super::spare_maker::SpareMaker)), with the epoch ticker running, under the
+//! limits of the call that will take it: the memory, fuel and processor time its instantiation
+//! used, and the wall-clock time it took, count against that call. It gets its job and call ids,
+//! the subtask spawner and its HTTP only when a call takes it, so nothing it runs before can
+//! start a job or send a request. Spares have pool slots of their own ([`SpareBudget`]), so they
+//! never take one from a call; a plugin has one spare at a time, drops it after [`SPARE_IDLE`]
+//! unused, makes none after one failed until a call instantiated on its own path succeeds, and
+//! none at all when its policy grants directories (those are opened when a call starts, so that
+//! the call sees the directory as it is then).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -43,9 +44,9 @@ pub(super) struct Instances {
     paused: AtomicBool,
     /// A spare is on its way: a call that ends meanwhile starts none.
     refilling: AtomicBool,
-    /// Spares made so far; a spare's number tells its idle timer whether it is still the one
-    /// waiting.
-    made: AtomicU64,
+    /// A timer watches the waiting spare, to drop it once idle; set and cleared under the
+    /// `spare` lock, so a spare published while it is set is seen by that timer.
+    watched: AtomicBool,
     /// [`SPARE_IDLE`] in milliseconds; tests shorten it.
     idle_ms: AtomicU64,
     /// Calls that took a spare.
@@ -58,7 +59,8 @@ struct Spare {
     instance: ToolInstance,
     /// Wall-clock time from the start of its store to its instance: spent of the call's cap.
     took: Duration,
-    number: u64,
+    /// When it began to wait for a call.
+    ready: Instant,
     _held: SpareHeld,
 }
 
@@ -88,7 +90,7 @@ impl Instances {
             spares_allowed,
             paused: AtomicBool::new(false),
             refilling: AtomicBool::new(false),
-            made: AtomicU64::new(0),
+            watched: AtomicBool::new(false),
             idle_ms: AtomicU64::new(SPARE_IDLE.as_millis() as u64),
             taken: AtomicUsize::new(0),
         }
@@ -132,59 +134,67 @@ impl Instances {
         }
     }
 
-    /// Drops the store of a call that ended. When a spare is wanted and the budget allows it, a
-    /// task drops the store and makes the next spare, beside what is left of the call; else the
-    /// store is dropped here. One such task per plugin at most, so that a caller that never lets
-    /// the task run (a current-thread runtime in a tight loop) holds one store, not one per call.
+    /// Drops the store of a call that ended. When a spare is wanted and the budget allows it, the
+    /// runtime's [`SpareMaker`](super::spare_maker::SpareMaker) drops the store and makes the next spare, away from what is left
+    /// of the call; else the store is dropped here. One such job per plugin at most, so that a
+    /// maker that gets no core for a while holds one store, not one per call.
     pub fn recycle(self: &Arc<Self>, used: Store<CallState>) {
         if !self.spares_allowed || self.paused.load(Ordering::Relaxed) {
             return;
         }
         {
-            // Under the lock, where the task publishes its spare and clears `refilling`.
+            // Under the lock, where the job publishes its spare and clears `refilling`.
             let slot = self.spare.lock().expect("spare lock");
             if slot.is_some() || self.refilling.swap(true, Ordering::AcqRel) {
                 return;
             }
         }
         let refilling = Refilling(self.clone());
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let Some(held) = self.runtime.inner.spares.reserve() else {
             return;
         };
-        handle.clone().spawn(async move {
+        self.runtime.inner.spare_maker.make(Box::pin(async move {
             drop(used);
             let instances = refilling.0.clone();
             let Some(spare) = instances.make_spare(held).await else {
                 return;
             };
-            let number = spare.number;
             let mut slot = instances.spare.lock().expect("spare lock");
             if slot.is_none() {
                 *slot = Some(spare);
             }
+            let watch = slot.is_some() && !instances.watched.swap(true, Ordering::AcqRel);
             // Under the lock: a call that takes this spare must see the next one wanted.
             drop(refilling);
             drop(slot);
-            handle.spawn(Self::drop_when_idle(Arc::downgrade(&instances), number));
-        });
+            if watch {
+                tokio::spawn(Self::drop_when_idle(Arc::downgrade(&instances)));
+            }
+        }));
     }
 
-    /// Drops spare `number` if it still waits after [`SPARE_IDLE`].
-    async fn drop_when_idle(instances: Weak<Self>, number: u64) {
-        let Some(idle_ms) = (instances.upgrade()).map(|it| it.idle_ms.load(Ordering::Relaxed))
-        else {
-            return;
-        };
-        tokio::time::sleep(Duration::from_millis(idle_ms)).await;
-        let Some(instances) = instances.upgrade() else {
-            return;
-        };
-        let mut slot = instances.spare.lock().expect("spare lock");
-        if slot.as_ref().is_some_and(|spare| spare.number == number) {
-            *slot = None;
+    /// Drops the waiting spare once it has waited [`SPARE_IDLE`], and ends when no spare waits.
+    /// One such timer per plugin at most, however many spares are made and taken meanwhile.
+    async fn drop_when_idle(instances: Weak<Self>) {
+        loop {
+            let wait = {
+                let Some(instances) = instances.upgrade() else {
+                    return;
+                };
+                let idle = Duration::from_millis(instances.idle_ms.load(Ordering::Relaxed));
+                let mut slot = instances.spare.lock().expect("spare lock");
+                match slot.as_ref().map(|spare| spare.ready.elapsed()) {
+                    Some(waited) if waited < idle => idle - waited,
+                    waiting => {
+                        if waiting.is_some() {
+                            *slot = None;
+                        }
+                        instances.watched.store(false, Ordering::Release);
+                        return;
+                    }
+                }
+            };
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -220,7 +230,7 @@ impl Instances {
                     store,
                     instance,
                     took,
-                    number: self.made.fetch_add(1, Ordering::Relaxed),
+                    ready: Instant::now(),
                     _held: held,
                 });
             }
@@ -565,6 +575,23 @@ mod tests {
         }
         assert!(!plugin.instances.spare_waiting(), "dropped once idle");
         assert_eq!(waiting(), 0, "its slot is back");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn one_timer_watches_a_plugins_spares_however_many_calls_take_them() {
+        let runtime = runtime(true);
+        let plugin = hostile(&runtime, PluginPolicy::default()).await;
+        for n in 0..40 {
+            let call = request("read_env", json!({}), "job", &format!("call-{n}"));
+            assert!(plugin.invoke(call).await.is_ok());
+            assert!(spare_made(&plugin).await);
+        }
+        assert!(plugin.instances.taken.load(Ordering::Relaxed) >= 39);
+        assert_eq!(
+            runtime.inner.spare_maker.tasks_alive(),
+            1,
+            "the idle timer of the waiting spare, and nothing left of the 40 spares before it"
+        );
     }
 
     #[test]

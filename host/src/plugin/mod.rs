@@ -19,6 +19,7 @@ mod loaded;
 mod policy;
 mod runtime;
 mod sandbox;
+mod spare_maker;
 mod types;
 pub mod wit;
 mod without_http;

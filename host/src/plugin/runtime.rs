@@ -27,6 +27,7 @@ use super::instances::SpareBudget;
 use super::loaded::Plugin;
 use super::policy::{MAX_MEMORY_MIB, PluginPolicy};
 use super::sandbox::CallState;
+use super::spare_maker::SpareMaker;
 
 /// Length of one epoch tick: the granularity of the CPU and wall-clock caps.
 pub const TICK: Duration = Duration::from_millis(1);
@@ -101,6 +102,8 @@ pub(super) struct RuntimeInner {
     pub own_addresses: Arc<OwnAddresses>,
     /// The instances that may wait, instantiated, for their plugin's next call.
     pub spares: SpareBudget,
+    /// The idle-priority thread spares are made on.
+    pub spare_maker: SpareMaker,
 }
 
 impl Runtime {
@@ -131,6 +134,7 @@ impl Runtime {
                 spawner: Mutex::new(None),
                 own_addresses: Arc::new(OwnAddresses::default()),
                 spares,
+                spare_maker: SpareMaker::start()?,
             }),
         })
     }
