@@ -59,7 +59,8 @@ impl Cached for Connection {
 pub(super) fn job_row(db: &Db, connection: &Connection, id: &str) -> Result<RowText, StoreError> {
     let row = connection
         .row_cached(
-            "SELECT status, state, pending_resume, lease_until_ms FROM jobs WHERE id = ?1",
+            "SELECT j.status, s.state, j.pending_resume, j.lease_until_ms \
+             FROM jobs j JOIN job_states s ON s.id = j.id WHERE j.id = ?1",
             [id],
             |row| {
                 Ok((
@@ -124,9 +125,13 @@ impl Rows for SqliteRows<'_, '_> {
 
     fn insert_job(&mut self, row: &JobRow, at: i64) -> Result<(), StoreError> {
         self.exec(
-            "INSERT INTO jobs (id, piece, status, movement, parent, state, created_at_ms, \
-             updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6, ?6)",
-            params![row.id, row.piece, row.movement, row.parent, row.state, at],
+            "INSERT INTO jobs (id, piece, status, movement, parent, created_at_ms, \
+             updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?5)",
+            params![row.id, row.piece, row.movement, row.parent, at],
+        )?;
+        self.exec(
+            "INSERT INTO job_states (id, state) VALUES (?1, ?2)",
+            params![row.id, row.state],
         )
         .map(drop)
     }
@@ -138,7 +143,8 @@ impl Rows for SqliteRows<'_, '_> {
     fn child(&mut self, id: &str, parent: &str) -> Result<Option<(String, String)>, StoreError> {
         self.tx
             .row_cached(
-                "SELECT status, state FROM jobs WHERE id = ?1 AND parent = ?2",
+                "SELECT j.status, s.state FROM jobs j JOIN job_states s ON s.id = j.id \
+                 WHERE j.id = ?1 AND j.parent = ?2",
                 params![id, parent],
                 |row| Ok((row.get(0)?, row.get(1)?)),
             )
@@ -161,27 +167,32 @@ impl Rows for SqliteRows<'_, '_> {
         owner: Option<&str>,
     ) -> Result<usize, StoreError> {
         let still_running = job.status == JobStatus::Running;
-        self.exec(
+        let written = self.exec(
             "UPDATE jobs SET status = ?2, movement = ?3, wait_reason = ?4, parked_plugin = ?5, \
-             pending_resume = NULL, state = ?6, updated_at_ms = ?7, wait_expires_at_ms = ?10, \
-             piece = ?11, \
-             lease_owner = CASE WHEN ?8 THEN lease_owner END, \
-             lease_until_ms = CASE WHEN ?8 THEN lease_until_ms END \
-             WHERE id = ?1 AND (?9 IS NULL OR lease_owner = ?9)",
+             pending_resume = NULL, updated_at_ms = ?6, wait_expires_at_ms = ?9, piece = ?10, \
+             lease_owner = CASE WHEN ?7 THEN lease_owner END, \
+             lease_until_ms = CASE WHEN ?7 THEN lease_until_ms END \
+             WHERE id = ?1 AND (?8 IS NULL OR lease_owner = ?8)",
             params![
                 job.id,
                 job.status.as_str(),
                 job.movement,
                 job.wait_reason,
                 job.parked_plugin,
-                job.state,
                 at,
                 still_running,
                 owner,
                 job.wait_expires_at_ms,
                 job.piece
             ],
-        )
+        )?;
+        if written > 0 {
+            self.exec(
+                "UPDATE job_states SET state = ?2 WHERE id = ?1",
+                params![job.id, job.state],
+            )?;
+        }
+        Ok(written)
     }
 
     fn make_runnable(&mut self, id: &str, resume: &str, at: i64) -> Result<(), StoreError> {
@@ -343,6 +354,7 @@ impl Rows for SqliteRows<'_, '_> {
 
     fn delete_job(&mut self, id: &str) -> Result<(), StoreError> {
         self.exec("DELETE FROM saves WHERE job_id = ?1", [id])?;
+        self.exec("DELETE FROM job_states WHERE id = ?1", [id])?;
         self.exec("DELETE FROM jobs WHERE id = ?1", [id]).map(drop)
     }
 

@@ -91,6 +91,19 @@ CREATE TABLE spent (
 ) WITHOUT ROWID;
 CREATE INDEX spent_by_until ON spent (until_ms);
 "#,
+    // A job's state (about a kilobyte of JSON) in a table of its own, written only by a save:
+    // a claim, a lease renewal or an answer rewrites the small `jobs` row alone. A commit writes
+    // every page it touches whole, and a row that holds the state spills onto an overflow page
+    // of its own (1 KiB pages), which every change of the row wrote again, and the freed one
+    // zeroed.
+    r#"
+CREATE TABLE job_states (
+    id    TEXT PRIMARY KEY,
+    state TEXT NOT NULL
+);
+INSERT INTO job_states (id, state) SELECT id, state FROM jobs;
+ALTER TABLE jobs DROP COLUMN state;
+"#,
 ];
 
 /// The writer's connection to the file at `path`, set up and its schema brought up to date;

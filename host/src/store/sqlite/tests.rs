@@ -1,7 +1,7 @@
 use super::schema::MIGRATIONS;
 use super::*;
 use crate::engine::{
-    JobEvent, JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest,
+    Answer, JobEvent, JobState, JobStatus, PinnedPlugin, ResumePoint, Wait, WaitReason, WaitRequest,
 };
 use crate::plugin::{CallRequest, Resume};
 use crate::store::StoreError;
@@ -80,8 +80,8 @@ fn insert_then(
 ) -> StoreFuture<()> {
     store.write_async(move |db, tx| {
         tx.exec_cached(
-            "INSERT INTO jobs (id, piece, status, movement, state, created_at_ms, updated_at_ms) \
-             VALUES (?1, 'chat', 'pending', 'chat', '{}', 0, 0)",
+            "INSERT INTO jobs (id, piece, status, movement, created_at_ms, updated_at_ms) \
+             VALUES (?1, 'chat', 'pending', 'chat', 0, 0)",
             [id],
         )
         .map_err(|e| db.db_error(e))?;
@@ -153,8 +153,8 @@ fn a_part_that_fails_after_writing_is_undone_while_its_change_stands() {
     let (_dir, store) = store();
     let insert = |tx: &Tx<'_>, db: &Db, id: &str| {
         tx.exec_cached(
-            "INSERT INTO jobs (id, piece, status, movement, state, created_at_ms, updated_at_ms) \
-             VALUES (?1, 'chat', 'pending', 'chat', '{}', 0, 0)",
+            "INSERT INTO jobs (id, piece, status, movement, created_at_ms, updated_at_ms) \
+             VALUES (?1, 'chat', 'pending', 'chat', 0, 0)",
             [id],
         )
         .map(drop)
@@ -271,9 +271,8 @@ fn a_login_session_does_not_stay_in_the_file_once_its_run_took_it() {
     assert!(!found, "the session is still in the store's files");
 }
 
-/// What one save of `state` adds to the store's write-ahead log, emptied first: the pages the
-/// save's commit wrote.
-fn wal_bytes_of_save(path: &std::path::Path, store: &SqliteStore, state: &JobState) -> u64 {
+/// What `change` adds to the store's write-ahead log, emptied first: the pages its commit wrote.
+fn wal_bytes_of(path: &std::path::Path, change: impl FnOnce()) -> u64 {
     let wal = path.with_extension("db-wal");
     let side = Connection::open(path).unwrap();
     loop {
@@ -287,12 +286,45 @@ fn wal_bytes_of_save(path: &std::path::Path, store: &SqliteStore, state: &JobSta
         }
         std::thread::yield_now();
     }
+    change();
+    std::fs::metadata(&wal).unwrap().len()
+}
+
+/// What one save of `state` adds to the store's write-ahead log.
+fn wal_bytes_of_save(path: &std::path::Path, store: &SqliteStore, state: &JobState) -> u64 {
     let event = JobEvent::MovementEntered {
         movement: "chat".into(),
         count: 1,
     };
-    store.save(state, &[event.into()], "r").unwrap();
-    std::fs::metadata(&wal).unwrap().len()
+    wal_bytes_of(path, || store.save(state, &[event.into()], "r").unwrap())
+}
+
+#[test]
+fn an_answer_and_a_claim_write_as_much_for_a_large_state_as_for_a_small_one() {
+    let (dir, store) = store();
+    let path = dir.path().join("nested/jobs.db");
+    let mut written = Vec::new();
+    for (id, input) in [("small", "hello".to_owned()), ("large", "x".repeat(20_000))] {
+        let mut state = job(id);
+        state.input = input;
+        store.create(&state).unwrap();
+        store.claim(id, "r", 60_000).unwrap().unwrap();
+        store.save(&parked(state), &[], "r").unwrap();
+        let answer = Answer::Resume(Resume::Answered("Oslo".into()));
+        let answered = wal_bytes_of(&path, || store.answer(id, &answer, Some(1)).unwrap());
+        let claimed = wal_bytes_of(&path, || {
+            store.claim(id, "r", 60_000).unwrap().unwrap();
+        });
+        written.push((answered, claimed));
+    }
+    // Pages of 1 KiB: the large state alone is twenty of them, which a change of a row holding
+    // it would write again.
+    let ((small_answer, small_claim), (large_answer, large_claim)) = (written[0], written[1]);
+    assert!(
+        large_answer <= small_answer + 2_048 && large_claim <= small_claim + 2_048,
+        "the large state's answer wrote {large_answer} bytes and claim {large_claim}, the small \
+         one's {small_answer} and {small_claim}"
+    );
 }
 
 #[test]
