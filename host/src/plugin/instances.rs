@@ -135,9 +135,10 @@ impl Instances {
     }
 
     /// Drops the store of a call that ended. When a spare is wanted and the budget allows it, the
-    /// runtime's [`SpareMaker`](super::spare_maker::SpareMaker) drops the store and makes the next spare, away from what is left
-    /// of the call; else the store is dropped here. One such job per plugin at most, so that a
-    /// maker that gets no core for a while holds one store, not one per call.
+    /// runtime's [`SpareMaker`](super::spare_maker::SpareMaker) drops the store and makes the
+    /// next spare, away from what is left of the call; else the store is dropped here. One such
+    /// job per plugin at most, so that a maker that gets no core for a while holds one store, not
+    /// one per call.
     pub fn recycle(self: &Arc<Self>, used: Store<CallState>) {
         if !self.spares_allowed || self.paused.load(Ordering::Relaxed) {
             return;
