@@ -1,7 +1,8 @@
 //! The web pages: the inbox (`/`), a job's page (`/jobs/{id}`) and the page where the login an
 //! MCP tool call waits for is done (`/logins/{id}`). Each is one HTML file with
 //! one inline style and one inline script, into which the pages' shared stylesheet and script
-//! (`common.css`, `common.js`) are put when the server starts.
+//! (`common.css`, `common.js`) and the form that asks for the API token (`token-form.html`) are
+//! put when the server starts.
 //!
 //! Invariant: a page may run only its own script and style (allowed by their hashes, computed
 //! from the very text served), talk only to this server and never be framed. A page holds no
@@ -19,6 +20,7 @@ use super::api::AppState;
 
 const COMMON_CSS: &str = include_str!("common.css");
 const COMMON_JS: &str = include_str!("common.js");
+const TOKEN_FORM: &str = include_str!("token-form.html");
 
 static INBOX: LazyLock<Page> = LazyLock::new(|| Page::assemble(include_str!("inbox.html")));
 static JOB: LazyLock<Page> = LazyLock::new(|| Page::assemble(include_str!("job.html")));
@@ -39,11 +41,12 @@ struct Page {
 }
 
 impl Page {
-    /// `template` with the shared stylesheet and script in place of their markers.
+    /// `template` with the shared stylesheet, script and token form in place of their markers.
     fn assemble(template: &str) -> Self {
         let html = template
             .replacen("/*@common.css*/", COMMON_CSS, 1)
-            .replacen("/*@common.js*/", COMMON_JS, 1);
+            .replacen("/*@common.js*/", COMMON_JS, 1)
+            .replacen("<!--@token-form.html-->", TOKEN_FORM, 1);
         let policy = format!(
             "default-src 'none'; script-src {}; style-src {}; connect-src 'self'; \
              img-src 'self' data:; base-uri 'none'; form-action 'none'; \
@@ -87,7 +90,11 @@ mod tests {
     #[test]
     fn every_page_gets_the_shared_parts_and_keeps_one_script_and_one_style() {
         for page in [&*INBOX, &*JOB, &*LOGIN] {
-            assert!(!page.html.contains("/*@common"), "a marker is left");
+            assert!(
+                !page.html.contains("/*@") && !page.html.contains("<!--@"),
+                "a marker is left"
+            );
+            assert_eq!(page.html.matches(r#"<form id="token-form""#).count(), 1);
             assert!(page.html.contains("function follow("));
             assert!(page.html.contains("--accent"));
             assert_eq!(page.html.matches("<script").count(), 1);
