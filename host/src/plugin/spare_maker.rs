@@ -78,16 +78,16 @@ fn at_idle_priority() {
     }
 }
 
-/// Whether the calling thread runs at idle priority.
-#[cfg(all(test, target_os = "linux"))]
-pub(super) fn on_idle_priority() -> bool {
-    // SAFETY: no arguments; pid 0 is this thread.
-    unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether the calling thread runs at idle priority.
+    #[cfg(target_os = "linux")]
+    fn on_idle_priority() -> bool {
+        // SAFETY: no arguments; pid 0 is this thread.
+        unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
+    }
 
     #[cfg(target_os = "linux")]
     #[test]
