@@ -1,10 +1,12 @@
 //! Cancelling as the README promises it, with real processes: a job a worker is running stops
 //! at its next step, a cancel reaches the job's open subtasks, and Ctrl-C on `maestro run`
-//! cancels the job it runs. Each test waits for the state it acts on (a job running, a child
+//! cancels the job it runs; a runner's own stop, when the store fails under it, cancels
+//! nothing. Each test waits for the state it acts on (a job running, a child
 //! parked, a tool called), never for a time.
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 
 use maestro::engine::{JobEvent, JobStatus};
 use maestro::store::JobStore;
@@ -155,4 +157,59 @@ fn ctrl_c_on_maestro_run_cancels_the_job_at_its_next_step() {
         "{stderr}"
     );
     stopped_by_its_runner(workspace.store().as_ref(), &job, STOPPED);
+}
+
+/// A store that fails while a runner holds a job (here a write lock held longer than the
+/// store's busy timeout) stops the run at its next step, as a lost lease does; but that stop is
+/// no one's cancel. The runner saves nothing, and the job waits, still running, to be taken up
+/// from its last save once its lease ends, as a crashed runner's job does.
+#[test]
+fn a_runner_that_cannot_renew_its_lease_stops_the_job_without_cancelling_it() {
+    let workspace = Workspace::new();
+    let id = workspace.start("slow", "lease kept from renewing");
+    let mut worker = workspace
+        .worker(&["--runners", "1", "--lease-ms", "600"])
+        .spawn()
+        .unwrap();
+    let said = said_by(&mut worker);
+    let store = workspace.store();
+    wait_until("the job runs", || {
+        status(store.as_ref(), &id) == JobStatus::Running
+    });
+
+    let lock = rusqlite::Connection::open(workspace.path("jobs.db")).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    wait_until("the runner cannot renew the lease", || {
+        said.lock().unwrap().contains("cannot renew the lease")
+    });
+    lock.execute_batch("ROLLBACK").unwrap();
+    wait_until("the runner gives the job up, or saves it ended", || {
+        said.lock().unwrap().contains("lost the lease mid-run")
+            || status(store.as_ref(), &id).is_final()
+    });
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+
+    let (state, status) = store.load(&id).unwrap();
+    assert_eq!(status, JobStatus::Running, "{state:?}");
+    let log = log(store.as_ref(), &id);
+    assert!(
+        log.is_empty(),
+        "nothing of the stopped run was saved: {log:?}"
+    );
+}
+
+/// What `child` writes to its standard error, as it comes.
+fn said_by(child: &mut std::process::Child) -> Arc<Mutex<String>> {
+    let said = Arc::new(Mutex::new(String::new()));
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let into = said.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let mut said = into.lock().unwrap();
+            said.push_str(&line);
+            said.push('\n');
+        }
+    });
+    said
 }

@@ -55,7 +55,10 @@ pub enum StoreError {
         given: u32,
         current: u32,
     },
-    #[error("job `{job}`: this runner ({owner}) no longer holds its lease; another runner took it")]
+    #[error(
+        "job `{job}`: this runner ({owner}) no longer holds its lease: another runner took it, or \
+         it could not be renewed in time"
+    )]
     LeaseLost { job: String, owner: String },
     #[error("job `{job}` is {status}: it cannot be {action}")]
     Conflict {

@@ -299,7 +299,10 @@ impl Worker {
         let ran = run
             .execute(claimed, self.observer.clone(), CancelFlag::default())
             .await;
-        let (done, next) = if stop.is_cancelled() {
+        let (done, next) = if ran.stopped_for_its_lease() {
+            let lost = ran.lease_lost_by(owner);
+            (ran.saved(lost), None)
+        } else if stop.is_cancelled() {
             let saved = self.store.save_async(&ran.state, &ran.events, owner).await;
             let saved = self.save_through_outage(&ran, owner, saved).await;
             (ran.saved(saved), None)
@@ -339,7 +342,11 @@ impl Worker {
             }
             Ok(()) => {}
             Err(StoreError::LeaseLost { .. }) => {
-                tracing::warn!(job = %done.state.id, "lost the lease mid-run; another runner has the job");
+                tracing::warn!(
+                    job = %done.state.id,
+                    "lost the lease mid-run: the job is another runner's, or is taken up again \
+                     from its last save once the lease ends"
+                );
             }
             Err(StoreError::Database { .. }) => tracing::warn!(
                 job = %done.state.id,
@@ -393,10 +400,13 @@ impl JobRun<'_> {
         cancel: CancelFlag,
     ) -> RunDone {
         let ran = self.execute(claimed, observer, cancel).await;
-        let saved = self
-            .store
-            .save_async(&ran.state, &ran.events, self.owner)
-            .await;
+        let saved = if ran.stopped_for_its_lease() {
+            ran.lease_lost_by(self.owner)
+        } else {
+            self.store
+                .save_async(&ran.state, &ran.events, self.owner)
+                .await
+        };
         ran.saved(saved)
     }
 
@@ -501,6 +511,21 @@ struct Ran {
 }
 
 impl Ran {
+    /// Whether the run was stopped because its lease could not be renewed. Its `cancelled`
+    /// is then no one's decision and must not be saved: the job is taken up again from its
+    /// last save once the lease ends, as a crashed runner's is. A run that ended or parked
+    /// on its own before it saw the stop is saved as usual (the store checks the lease).
+    fn stopped_for_its_lease(&self) -> bool {
+        self.lease_lost.is_cancelled() && self.state.status == JobStatus::Cancelled
+    }
+
+    fn lease_lost_by(&self, owner: &str) -> Result<(), StoreError> {
+        Err(StoreError::LeaseLost {
+            job: self.state.id.clone(),
+            owner: owner.to_owned(),
+        })
+    }
+
     fn saved(self, saved: Result<(), StoreError>) -> RunDone {
         if saved.is_ok() {
             traced::saved(&self.state, self.resumed.as_ref());
