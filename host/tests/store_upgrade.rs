@@ -69,14 +69,14 @@ fn store_migrate_upgrades_a_second_schema_store_once_and_says_so() {
     assert_eq!(
         first.trim(),
         format!(
-            "store {}: schema version 5 (migrated from 2)",
+            "store {}: schema version 6 (migrated from 2)",
             store.display()
         )
     );
     let again = succeeded(maestro(&store, &["store", "migrate"]));
     assert_eq!(
         again.trim(),
-        format!("store {}: schema version 5, up to date", store.display())
+        format!("store {}: schema version 6, up to date", store.display())
     );
     let mistyped = store.with_file_name("jobs-typo.db");
     let refused = maestro(&mistyped, &["store", "migrate"]);

@@ -24,6 +24,7 @@ use super::{
 };
 use crate::engine::{Answer, JobState, JobStatus};
 
+mod packed;
 mod rows;
 mod schema;
 mod writer;
@@ -590,13 +591,17 @@ impl JobStore for SqliteStore {
                 Ok((
                     row.get::<_, i64>(0)?,
                     row.get::<_, i64>(1)?,
-                    row.get::<_, String>(2)?,
+                    row.get::<_, packed::Unpacked>(2)?,
                 ))
             })
             .map_err(|e| self.db.db_error(e))?;
         let batches = rows
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.db.db_error(e))?;
+            .map_err(|e| self.db.db_error(e))?
+            .into_iter()
+            .map(|(first, at_ms, events)| Ok((first, at_ms, events.0?)))
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(|e| self.db.corrupt(id, e))?;
         numbered_events(batches, after).map_err(|e| self.db.corrupt(id, e))
     }
 }

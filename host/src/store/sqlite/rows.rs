@@ -2,11 +2,13 @@
 //!
 //! Invariant: every statement goes through the connection's prepared-statement cache, and
 //! reads see the transaction's own writes; the file's write lock, taken when the writer's
-//! transaction began, keeps every job from other processes until the commit.
+//! transaction began, keeps every job from other processes until the commit. A job's state and
+//! a save's events and messages are written packed (`packed.rs`).
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::Db;
+use super::packed::{Unpacked, pack, pack_some};
 use super::writer::Tx;
 use crate::engine::JobStatus;
 use crate::store::StoreError;
@@ -65,7 +67,7 @@ pub(super) fn job_row(db: &Db, connection: &Connection, id: &str) -> Result<RowT
             |row| {
                 Ok((
                     row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
+                    row.get::<_, Unpacked>(1)?,
                     row.get::<_, Option<String>>(2)?,
                     row.get::<_, Option<i64>>(3)?,
                 ))
@@ -78,7 +80,7 @@ pub(super) fn job_row(db: &Db, connection: &Connection, id: &str) -> Result<RowT
         .ok_or_else(|| db.corrupt(id, format!("unknown status `{}`", row.0)))?;
     Ok(RowText {
         status,
-        state: row.1,
+        state: row.1.0.map_err(|e| db.corrupt(id, e))?,
         pending_resume: row.2,
         lease_until_ms: row.3,
     })
@@ -95,9 +97,13 @@ pub(super) fn message_batches(
             "SELECT messages_from, messages FROM saves \
              WHERE job_id = ?1 AND messages IS NOT NULL ORDER BY batch",
             [id],
-            |row| Ok((row.get::<_, i64>(0)? as usize, row.get::<_, String>(1)?)),
+            |row| Ok((row.get::<_, i64>(0)? as usize, row.get::<_, Unpacked>(1)?)),
         )
-        .map_err(|e| db.db_error(e))
+        .map_err(|e| db.db_error(e))?
+        .into_iter()
+        .map(|(first, messages)| Ok((first, messages.0?)))
+        .collect::<Result<_, String>>()
+        .map_err(|e| db.corrupt(id, e))
 }
 
 /// The writer's transaction as the store's rules see it.
@@ -131,7 +137,7 @@ impl Rows for SqliteRows<'_, '_> {
         )?;
         self.exec(
             "INSERT INTO job_states (id, state) VALUES (?1, ?2)",
-            params![row.id, row.state],
+            params![row.id, pack(&row.state)],
         )
         .map(drop)
     }
@@ -146,10 +152,13 @@ impl Rows for SqliteRows<'_, '_> {
                 "SELECT j.status, s.state FROM jobs j JOIN job_states s ON s.id = j.id \
                  WHERE j.id = ?1 AND j.parent = ?2",
                 params![id, parent],
-                |row| Ok((row.get(0)?, row.get(1)?)),
+                |row| Ok((row.get(0)?, row.get::<_, Unpacked>(1)?)),
             )
             .optional()
-            .map_err(|e| self.db.db_error(e))
+            .map_err(|e| self.db.db_error(e))?
+            .map(|(status, state)| Ok((status, state.0?)))
+            .transpose()
+            .map_err(|e: String| self.db.corrupt(id, e))
     }
 
     fn children(&mut self, parent: &str) -> Result<Vec<String>, StoreError> {
@@ -189,7 +198,7 @@ impl Rows for SqliteRows<'_, '_> {
         if written > 0 {
             self.exec(
                 "UPDATE job_states SET state = ?2 WHERE id = ?1",
-                params![job.id, job.state],
+                params![job.id, pack(&job.state)],
             )?;
         }
         Ok(written)
@@ -322,9 +331,9 @@ impl Rows for SqliteRows<'_, '_> {
                 row.first_seq,
                 row.last_seq,
                 row.at_ms,
-                row.events,
+                pack(row.events),
                 row.messages_from,
-                row.messages
+                pack_some(row.messages)
             ],
         )
         .map(drop)

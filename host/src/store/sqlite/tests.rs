@@ -28,7 +28,7 @@ fn a_store_from_a_newer_maestro_is_refused() {
 }
 
 #[test]
-fn a_new_store_has_1_kib_pages_and_one_made_with_4_kib_pages_keeps_them() {
+fn a_new_store_has_512_byte_pages_and_one_made_with_4_kib_pages_keeps_them() {
     let page_size = |path: &std::path::Path| -> i64 {
         let connection = rusqlite::Connection::open(path).unwrap();
         connection
@@ -38,7 +38,7 @@ fn a_new_store_has_1_kib_pages_and_one_made_with_4_kib_pages_keeps_them() {
     let dir = tempfile::tempdir().unwrap();
     let new = dir.path().join("new.db");
     drop(SqliteStore::open(&new).unwrap());
-    assert_eq!(page_size(&new), 1024);
+    assert_eq!(page_size(&new), 512);
 
     let old = dir.path().join("old.db");
     let connection = rusqlite::Connection::open(&old).unwrap();
@@ -304,7 +304,7 @@ fn an_answer_and_a_claim_write_as_much_for_a_large_state_as_for_a_small_one() {
     let (dir, store) = store();
     let path = dir.path().join("nested/jobs.db");
     let mut written = Vec::new();
-    for (id, input) in [("small", "hello".to_owned()), ("large", "x".repeat(20_000))] {
+    for (id, input) in [("small", "hello".to_owned()), ("large", scrambled(20_000))] {
         let mut state = job(id);
         state.input = input;
         store.create(&state).unwrap();
@@ -317,13 +317,84 @@ fn an_answer_and_a_claim_write_as_much_for_a_large_state_as_for_a_small_one() {
         });
         written.push((answered, claimed));
     }
-    // Pages of 1 KiB: the large state alone is twenty of them, which a change of a row holding
-    // it would write again.
+    // Pages of 512 bytes: the large state, packed, is still thirty of them, which a change of
+    // a row holding it would write again.
     let ((small_answer, small_claim), (large_answer, large_claim)) = (written[0], written[1]);
     assert!(
         large_answer <= small_answer + 2_048 && large_claim <= small_claim + 2_048,
         "the large state's answer wrote {large_answer} bytes and claim {large_claim}, the small \
          one's {small_answer} and {small_claim}"
+    );
+}
+
+/// `len` letters that compress about as well as prose does (a third), not to nothing.
+fn scrambled(len: usize) -> String {
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            char::from(b'a' + (seed % 26) as u8)
+        })
+        .collect()
+}
+
+#[test]
+fn a_saves_texts_are_kept_packed_and_its_log_row_goes_after_every_earlier_one() {
+    let (dir, store) = store();
+    let path = dir.path().join("nested/jobs.db");
+    // Saved in an order that is not the jobs' ids': each row of the log goes after the last
+    // one written, not among its job's neighbours.
+    for (id, question) in [
+        ("c", "Which city?"),
+        ("a", "Which year?"),
+        ("b", "And then?"),
+    ] {
+        store.create(&job(id)).unwrap();
+        let mut state = store.claim(id, "r", 60_000).unwrap().unwrap().state;
+        state.conversation.push(said(question));
+        state.input = "a line of input".repeat(20);
+        let event = JobEvent::Transition {
+            from: "chat".repeat(40),
+            to: "chat".repeat(40),
+        };
+        store.save(&parked(state), &[event.into()], "r").unwrap();
+    }
+    let file = Connection::open(&path).unwrap();
+    let rows: Vec<(String, String, String, i64)> = file
+        .prepare("SELECT job_id, typeof(events), typeof(messages), length(events) FROM saves ORDER BY id")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let order: Vec<&str> = rows.iter().map(|row| row.0.as_str()).collect();
+    assert_eq!(order, ["c", "a", "b"], "{rows:?}");
+    for (_, events, messages, length) in &rows {
+        assert_eq!(
+            (events.as_str(), messages.as_str()),
+            ("blob", "blob"),
+            "{rows:?}"
+        );
+        assert!(*length < 100, "{rows:?}");
+    }
+    let states: Vec<String> = file
+        .prepare("SELECT typeof(state) FROM job_states")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(states, ["blob", "blob", "blob"]);
+    // And they read back whole.
+    let (loaded, _) = store.load("c").unwrap();
+    assert_eq!(texts(&loaded), ["hello", "Which city?"]);
+    assert_eq!(loaded.input, "a line of input".repeat(20));
+    let events = store.events("c", 0).unwrap();
+    assert!(
+        matches!(&events[..], [one] if matches!(&one.event, JobEvent::Transition { from, .. } if from.len() == 160)),
+        "{events:?}"
     );
 }
 
