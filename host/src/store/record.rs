@@ -13,7 +13,8 @@
 //! it starts and adding its messages, gives the conversation back. The mark does not move on a
 //! save: a runner saves once per claim, and a second save from the same value rewrites from
 //! the same place, which is correct but not cheaper. Everything here is serialized by the
-//! caller, off the thread that commits, which only runs SQL.
+//! caller, off the thread that commits, which runs SQL (and, in SQLite, compresses the large
+//! texts it writes: `sqlite/packed.rs`).
 
 use serde::{Deserialize, Serialize};
 
