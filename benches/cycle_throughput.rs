@@ -11,8 +11,8 @@
 //! in one transaction, so throughput grows with the runners in flight. Also measured: the
 //! processor time of the whole process per cycle (two cores' worth is the ceiling here), the share
 //! of it spent by the store's writer thread (one core's worth is its ceiling: every change passes
-//! through it), and the bytes written per cycle (WAL frames and checkpoints), all from
-//! `/proc/self`.
+//! through it), and the bytes written per cycle (WAL frames and checkpoints, the last one when
+//! the store closes after the round), all from `/proc/self`.
 //!
 //! `cargo bench -p maestro-benches --bench cycle_throughput`; `CYCLE_RUNNERS=16` measures one
 //! worker size only (for a profiler); `CYCLE_THREADS=1` also prints each round's processor time
@@ -104,8 +104,10 @@ fn measure(rt: &tokio::runtime::Runtime, engine: &Arc<Engine>, runners: usize) -
             shares.join(", ")
         );
     }
-    let written = bytes_written() - written_before;
+    // What the round left in the write-ahead log is copied into the database file when the
+    // store closes, at the end of `finish`: those copies are the round's too.
     round.finish();
+    let written = bytes_written() - written_before;
     Round {
         elapsed,
         cpu_per_cycle: cpu / JOBS as u32,

@@ -279,7 +279,7 @@ impl CycleRound {
         rt.block_on(self.worker.run(self.stop.clone(), false));
     }
 
-    /// Ends the answerers and checks that every job completed.
+    /// Ends the answerers, checks that every job completed, and closes the store.
     pub fn finish(self) {
         drop(self.worker);
         drop(self.cycles.parked.lock().unwrap().take());
