@@ -45,9 +45,10 @@ pub(super) enum Packed<'a> {
     Blob(Vec<u8>),
 }
 
-/// `text` compressed when that makes it smaller.
+/// `text` compressed when that makes it smaller; a text too large for [`unpack`] to take back
+/// stays TEXT.
 pub(super) fn pack(text: &str) -> Packed<'_> {
-    if text.len() < SMALLEST_PACKED {
+    if text.len() < SMALLEST_PACKED || text.len() > LARGEST_UNPACKED {
         return Packed::Text(text);
     }
     let frame = COMPRESSOR.with_borrow_mut(|compressor| {
