@@ -50,9 +50,11 @@ pub struct Schema {
     pub now: usize,
 }
 
-/// What the writer thread and the callers share: the file, named in every error.
+/// What the writer thread and the callers share: the file, named in every error, and how
+/// large a state its job's row keeps (`rows::inline_state_bytes`).
 struct Db {
     path: PathBuf,
+    inline_state_bytes: usize,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -97,7 +99,13 @@ impl SqliteStore {
             .map_err(|e| fail(e.to_string()))?;
         let checkpoints =
             side_connection("PRAGMA busy_timeout = 10000;").map_err(|e| fail(e.to_string()))?;
-        let db = Arc::new(Db { path: path.clone() });
+        let page_size: usize = connection
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .map_err(|e| fail(e.to_string()))?;
+        let db = Arc::new(Db {
+            path: path.clone(),
+            inline_state_bytes: rows::inline_state_bytes(page_size),
+        });
         let writer = writer::Writer::start(db.clone(), connection, checkpoints).map_err(fail)?;
         Ok(Self {
             db,
@@ -582,8 +590,12 @@ impl JobStore for SqliteStore {
         let connection = self.read();
         let mut query = connection
             .prepare_cached(
-                "SELECT first_seq, at_ms, events FROM saves \
-                 WHERE job_id = ?1 AND last_seq > ?2 ORDER BY batch",
+                // Rows before one that starts at `after + 1` or earlier end at `after`.
+                concat!(
+                    rows::log_walk!(c(prev, batch, first_seq, last_seq, at_ms, events)
+                        while "c.first_seq > ?2 + 1"),
+                    "SELECT first_seq, at_ms, events FROM c WHERE last_seq > ?2 ORDER BY batch"
+                ),
             )
             .map_err(|e| self.db.db_error(e))?;
         let rows = query
@@ -599,7 +611,7 @@ impl JobStore for SqliteStore {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.db.db_error(e))?
             .into_iter()
-            .map(|(first, at_ms, events)| Ok((first, at_ms, events.0?)))
+            .map(|(first, at_ms, text)| Ok((first, at_ms, rows::events_part(&text.0?).to_owned())))
             .collect::<Result<Vec<_>, String>>()
             .map_err(|e| self.db.corrupt(id, e))?;
         numbered_events(batches, after).map_err(|e| self.db.corrupt(id, e))

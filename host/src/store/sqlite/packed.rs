@@ -1,4 +1,4 @@
-//! The large texts of the SQLite store (a job's state, a save's events and its messages) as the
+//! The large texts of the SQLite store (a job's state, a save's events and messages) as the
 //! file keeps them: compressed in a BLOB, or as TEXT when that is no smaller.
 //!
 //! Invariant: a BLOB in one of these columns is a format byte and then a zstd frame of UTF-8
@@ -10,7 +10,8 @@
 //! Why: a commit writes every page it touches whole, and a save's row or a job's state that
 //! outgrows its page spills onto overflow pages of its own. A small text compresses well only
 //! against words it has seen, which a vocabulary gives it: a park's 670 bytes of events take
-//! about 150 (about 330 without it), so a save's row fits a leaf (see the README's cycle bench).
+//! about 105 (about 325 without it), so two or three saves' rows share a leaf (see the README's
+//! cycle bench).
 
 use std::cell::RefCell;
 
@@ -23,9 +24,11 @@ const VOCABULARY_1: &[u8] = include_bytes!("vocabulary-1.json");
 /// The format byte of a BLOB compressed against [`VOCABULARY_1`].
 const FORMAT_1: u8 = 1;
 
-/// zstd's level: small texts compress almost as well at 1 as at 19, and the writer thread,
-/// which every change passes through, spends a few microseconds a kilobyte.
-const LEVEL: i32 = 1;
+/// zstd's level. A save's kilobyte or two of events and messages packs to about 145 bytes
+/// at 5 and 220 at 1 (a quarter of them go on to share a page, see `rows::log_text`), for a
+/// few microseconds more of the writer thread, which every change passes through; past 5
+/// small texts shrink no further.
+const LEVEL: i32 = 5;
 
 /// Texts shorter than this stay TEXT: there is too little to gain.
 const SMALLEST_PACKED: usize = 32;
@@ -70,9 +73,14 @@ pub(super) fn pack(text: &str) -> Packed<'_> {
     }
 }
 
-/// [`pack`] of an optional text.
-pub(super) fn pack_some(text: Option<&str>) -> Option<Packed<'_>> {
-    text.map(pack)
+impl Packed<'_> {
+    /// The bytes the column holds.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Packed::Text(text) => text.len(),
+            Packed::Blob(blob) => blob.len(),
+        }
+    }
 }
 
 impl ToSql for Packed<'_> {
@@ -165,6 +173,23 @@ mod tests {
             alone.len()
         );
         assert_eq!(round_trip(PARK), (true, PARK.to_owned()));
+    }
+
+    /// The messages that park saves with [`PARK`].
+    const PARK_MESSAGES: &str = r#"[{"role":"user","text":"hello"},{"role":"assistant","tool_calls":[{"id":"call-0-0","name":"complete","arguments":"{\"question\":\"Which city?\",\"status\":\"needs_user_input\"}"}]}]"#;
+
+    #[test]
+    fn messages_packed_after_the_events_they_repeat_add_less_than_half_their_own_packing() {
+        let size = |text: &str| match pack(text) {
+            Packed::Blob(blob) => blob.len(),
+            Packed::Text(_) => panic!("not packed: {text}"),
+        };
+        let (events, messages) = (size(PARK), size(PARK_MESSAGES));
+        let together = size(&format!("{PARK}\n{PARK_MESSAGES}"));
+        assert!(
+            (together - events) * 2 < messages,
+            "events {events}, messages {messages}, together {together}"
+        );
     }
 
     #[test]

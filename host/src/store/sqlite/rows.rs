@@ -3,12 +3,16 @@
 //! Invariant: every statement goes through the connection's prepared-statement cache, and
 //! reads see the transaction's own writes; the file's write lock, taken when the writer's
 //! transaction began, keeps every job from other processes until the commit. A job's state and
-//! a save's events and messages are written packed (`packed.rs`).
+//! a save's events and messages are written packed (`packed.rs`). A job's state is its `jobs`
+//! row's `state` when that is set (a state that fits there), and otherwise its `job_states`
+//! row's: every job has one from its creation, left as it was while the state is in the row,
+//! so that a state moving into the row costs no write. A job's log is the chain of its `saves`
+//! rows from its row's `log_head` back through each row's `prev`.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::Db;
-use super::packed::{Unpacked, pack, pack_some};
+use super::packed::{Unpacked, pack};
 use super::writer::Tx;
 use crate::engine::JobStatus;
 use crate::store::StoreError;
@@ -57,17 +61,39 @@ impl Cached for Connection {
     }
 }
 
+/// The part of a `jobs` row other than its state, at its largest: a job id and its parent's,
+/// the piece and movement, a status, a wait reason, a pinned plugin's hash, a lease owner and
+/// the numbers.
+const ROW_WITHOUT_STATE: usize = 256;
+
+/// The most bytes a packed state may take to be kept in its job's row, in a file of
+/// `page_size`-byte pages: as many as keep the row on its page. SQLite spills a row of more
+/// than `page_size - 35` bytes onto overflow pages, which every change of the row (a claim, an
+/// answer, a lease renewed) would write again; on its page, the state costs such a change
+/// nothing, as a change writes the page whole whatever it holds.
+pub(super) fn inline_state_bytes(page_size: usize) -> usize {
+    page_size.saturating_sub(35 + ROW_WITHOUT_STATE)
+}
+
+/// A state read back: the job has none when neither place holds it.
+fn state_text(db: &Db, id: &str, state: Option<Unpacked>) -> Result<String, StoreError> {
+    state
+        .ok_or_else(|| db.corrupt(id, "the job has no state"))?
+        .0
+        .map_err(|e| db.corrupt(id, e))
+}
+
 /// A job's row: status, state, pending answer, lease end.
 pub(super) fn job_row(db: &Db, connection: &Connection, id: &str) -> Result<RowText, StoreError> {
     let row = connection
         .row_cached(
-            "SELECT j.status, s.state, j.pending_resume, j.lease_until_ms \
-             FROM jobs j JOIN job_states s ON s.id = j.id WHERE j.id = ?1",
+            "SELECT j.status, COALESCE(j.state, s.state), j.pending_resume, j.lease_until_ms \
+             FROM jobs j LEFT JOIN job_states s ON s.id = j.id WHERE j.id = ?1",
             [id],
             |row| {
                 Ok((
                     row.get::<_, String>(0)?,
-                    row.get::<_, Unpacked>(1)?,
+                    row.get::<_, Option<Unpacked>>(1)?,
                     row.get::<_, Option<String>>(2)?,
                     row.get::<_, Option<i64>>(3)?,
                 ))
@@ -80,10 +106,43 @@ pub(super) fn job_row(db: &Db, connection: &Connection, id: &str) -> Result<RowT
         .ok_or_else(|| db.corrupt(id, format!("unknown status `{}`", row.0)))?;
     Ok(RowText {
         status,
-        state: row.1.0.map_err(|e| db.corrupt(id, e))?,
+        state: state_text(db, id, row.1)?,
         pending_resume: row.2,
         lease_until_ms: row.3,
     })
+}
+
+/// The rows of `id`'s log with the columns `c(prev, …)` names, newest first, going on to a
+/// row's `prev` while what follows `c.prev` holds: a walk of the chain, one look-up by rowid
+/// a row. Completed by a `SELECT` from `c`.
+macro_rules! log_walk {
+    (c(prev, $($column:ident),+) $(while $more:literal)?) => {
+        concat!(
+            "WITH RECURSIVE c(prev", $(", ", stringify!($column),)+ ") AS (SELECT s.prev",
+            $(", s.", stringify!($column),)+
+            " FROM jobs j JOIN saves s ON s.id = j.log_head WHERE j.id = ?1 \
+             UNION ALL SELECT s.prev", $(", s.", stringify!($column),)+
+            " FROM c JOIN saves s ON s.id = c.prev", $(" WHERE ", $more,)? ") "
+        )
+    };
+}
+pub(super) use log_walk;
+
+/// A save's events and messages as one text, as its row's `events` column holds them: the
+/// events' JSON, then a newline and the messages' JSON when there are any. Packed as one, the
+/// messages cost little, as they repeat much of the events (a tool call's arguments, its
+/// answer). Compact JSON has no newline of its own, so the first one divides the two. A row
+/// written before schema 7 has no newline there, and its messages in its `messages` column.
+fn log_text(events: &str, messages: Option<&str>) -> String {
+    match messages {
+        Some(messages) => format!("{events}\n{messages}"),
+        None => events.to_owned(),
+    }
+}
+
+/// The events of a row's [`log_text`].
+pub(super) fn events_part(text: &str) -> &str {
+    text.split_once('\n').map_or(text, |(events, _)| events)
 }
 
 /// The message batches of `id`'s log, in order.
@@ -94,14 +153,27 @@ pub(super) fn message_batches(
 ) -> Result<Vec<(usize, String)>, StoreError> {
     connection
         .rows_cached(
-            "SELECT messages_from, messages FROM saves \
-             WHERE job_id = ?1 AND messages IS NOT NULL ORDER BY batch",
+            concat!(
+                log_walk!(c(prev, batch, messages_from, messages, events)),
+                "SELECT messages_from, messages, events FROM c WHERE messages_from IS NOT NULL \
+                 ORDER BY batch"
+            ),
             [id],
-            |row| Ok((row.get::<_, i64>(0)? as usize, row.get::<_, Unpacked>(1)?)),
+            |row| {
+                let messages = match row.get::<_, Option<Unpacked>>(1)? {
+                    Some(before_schema_7) => before_schema_7.0,
+                    None => row.get::<_, Unpacked>(2)?.0.and_then(|text| {
+                        text.split_once('\n')
+                            .map(|(_, messages)| messages.to_owned())
+                            .ok_or_else(|| "a save without the messages it counts".to_owned())
+                    }),
+                };
+                Ok((row.get::<_, i64>(0)? as usize, messages))
+            },
         )
         .map_err(|e| db.db_error(e))?
         .into_iter()
-        .map(|(first, messages)| Ok((first, messages.0?)))
+        .map(|(first, messages)| Ok((first, messages?)))
         .collect::<Result<_, String>>()
         .map_err(|e| db.corrupt(id, e))
 }
@@ -135,6 +207,8 @@ impl Rows for SqliteRows<'_, '_> {
              updated_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?5)",
             params![row.id, row.piece, row.movement, row.parent, at],
         )?;
+        // In `job_states` even when it would fit the row: a state that grows at its first
+        // park (they mostly do) then rewrites that row in place instead of inserting one.
         self.exec(
             "INSERT INTO job_states (id, state) VALUES (?1, ?2)",
             params![row.id, pack(&row.state)],
@@ -149,16 +223,15 @@ impl Rows for SqliteRows<'_, '_> {
     fn child(&mut self, id: &str, parent: &str) -> Result<Option<(String, String)>, StoreError> {
         self.tx
             .row_cached(
-                "SELECT j.status, s.state FROM jobs j JOIN job_states s ON s.id = j.id \
-                 WHERE j.id = ?1 AND j.parent = ?2",
+                "SELECT j.status, COALESCE(j.state, s.state) FROM jobs j \
+                 LEFT JOIN job_states s ON s.id = j.id WHERE j.id = ?1 AND j.parent = ?2",
                 params![id, parent],
-                |row| Ok((row.get(0)?, row.get::<_, Unpacked>(1)?)),
+                |row| Ok((row.get(0)?, row.get::<_, Option<Unpacked>>(1)?)),
             )
             .optional()
             .map_err(|e| self.db.db_error(e))?
-            .map(|(status, state)| Ok((status, state.0?)))
+            .map(|(status, state)| Ok((status, state_text(self.db, id, state)?)))
             .transpose()
-            .map_err(|e: String| self.db.corrupt(id, e))
     }
 
     fn children(&mut self, parent: &str) -> Result<Vec<String>, StoreError> {
@@ -176,10 +249,12 @@ impl Rows for SqliteRows<'_, '_> {
         owner: Option<&str>,
     ) -> Result<usize, StoreError> {
         let still_running = job.status == JobStatus::Running;
+        let state = pack(&job.state);
+        let inline = state.len() <= self.db.inline_state_bytes;
         let written = self.exec(
             "UPDATE jobs SET status = ?2, movement = ?3, wait_reason = ?4, parked_plugin = ?5, \
              pending_resume = NULL, updated_at_ms = ?6, wait_expires_at_ms = ?9, piece = ?10, \
-             lease_owner = CASE WHEN ?7 THEN lease_owner END, \
+             state = ?11, lease_owner = CASE WHEN ?7 THEN lease_owner END, \
              lease_until_ms = CASE WHEN ?7 THEN lease_until_ms END \
              WHERE id = ?1 AND (?8 IS NULL OR lease_owner = ?8)",
             params![
@@ -192,13 +267,15 @@ impl Rows for SqliteRows<'_, '_> {
                 still_running,
                 owner,
                 job.wait_expires_at_ms,
-                job.piece
+                job.piece,
+                inline.then_some(&state)
             ],
         )?;
-        if written > 0 {
+        if written > 0 && !inline {
             self.exec(
-                "UPDATE job_states SET state = ?2 WHERE id = ?1",
-                params![job.id, pack(&job.state)],
+                "INSERT INTO job_states (id, state) VALUES (?1, ?2) \
+                 ON CONFLICT (id) DO UPDATE SET state = excluded.state",
+                params![job.id, state],
             )?;
         }
         Ok(written)
@@ -312,7 +389,8 @@ impl Rows for SqliteRows<'_, '_> {
     fn last_batch(&mut self, id: &str) -> Result<(i64, i64), StoreError> {
         self.tx
             .row_cached(
-                "SELECT batch, last_seq FROM saves WHERE job_id = ?1 ORDER BY batch DESC LIMIT 1",
+                "SELECT s.batch, s.last_seq FROM jobs j JOIN saves s ON s.id = j.log_head \
+                 WHERE j.id = ?1",
                 [id],
                 |row| Ok((row.get(0)?, row.get(1)?)),
             )
@@ -324,17 +402,21 @@ impl Rows for SqliteRows<'_, '_> {
     fn insert_batch(&mut self, id: &str, row: &LogRow<'_>) -> Result<(), StoreError> {
         self.exec(
             "INSERT INTO saves (job_id, batch, first_seq, last_seq, at_ms, events, \
-             messages_from, messages) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             messages_from, prev) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT log_head FROM jobs WHERE id = ?1))",
             params![
                 id,
                 row.batch,
                 row.first_seq,
                 row.last_seq,
                 row.at_ms,
-                pack(row.events),
+                pack(&log_text(row.events, row.messages)),
                 row.messages_from,
-                pack_some(row.messages)
             ],
+        )?;
+        self.exec(
+            "UPDATE jobs SET log_head = last_insert_rowid() WHERE id = ?1",
+            [id],
         )
         .map(drop)
     }
@@ -362,7 +444,13 @@ impl Rows for SqliteRows<'_, '_> {
     }
 
     fn delete_job(&mut self, id: &str) -> Result<(), StoreError> {
-        self.exec("DELETE FROM saves WHERE job_id = ?1", [id])?;
+        self.exec(
+            concat!(
+                log_walk!(c(prev, id)),
+                "DELETE FROM saves WHERE id IN (SELECT id FROM c)"
+            ),
+            [id],
+        )?;
         self.exec("DELETE FROM job_states WHERE id = ?1", [id])?;
         self.exec("DELETE FROM jobs WHERE id = ?1", [id]).map(drop)
     }

@@ -130,6 +130,21 @@ DROP TABLE saves;
 ALTER TABLE saves_in_order RENAME TO saves;
 CREATE UNIQUE INDEX saves_by_job ON saves (job_id, batch);
 "#,
+    // A job's log is a chain: each save's row names the job's save before it, and the job's row
+    // its last one. An index by job put an entry among the job's earlier ones for each save, a
+    // page a save wrote for nothing else. A save whose state fits beside the rest of its job's
+    // row (`rows::inline_state_bytes`) keeps it there, as the save rewrites that row anyway; a
+    // larger state stays in `job_states`, so a claim or an answer does not write it again.
+    r#"
+ALTER TABLE saves ADD COLUMN prev INTEGER;
+UPDATE saves SET prev = (SELECT p.id FROM saves p WHERE p.job_id = saves.job_id
+                         AND p.batch < saves.batch ORDER BY p.batch DESC LIMIT 1);
+ALTER TABLE jobs ADD COLUMN log_head INTEGER;
+UPDATE jobs SET log_head = (SELECT s.id FROM saves s WHERE s.job_id = jobs.id
+                            ORDER BY s.batch DESC LIMIT 1);
+DROP INDEX saves_by_job;
+ALTER TABLE jobs ADD COLUMN state;
+"#,
 ];
 
 /// The writer's connection to the file at `path`, set up and its schema brought up to date;

@@ -112,10 +112,7 @@ impl Fixture {
             Database::Sqlite { path, .. } => {
                 rusqlite::Connection::open(path)
                     .unwrap()
-                    .execute(
-                        "UPDATE job_states SET state = '{not json' WHERE id = ?1",
-                        [id],
-                    )
+                    .execute("UPDATE jobs SET state = '{not json' WHERE id = ?1", [id])
                     .unwrap();
             }
             Database::Postgres { url, .. } => {
