@@ -134,7 +134,10 @@ CREATE UNIQUE INDEX saves_by_job ON saves (job_id, batch);
     // its last one. An index by job put an entry among the job's earlier ones for each save, a
     // page a save wrote for nothing else. A save whose state fits beside the rest of its job's
     // row (`rows::inline_state_bytes`) keeps it there, as the save rewrites that row anyway; a
-    // larger state stays in `job_states`, so a claim or an answer does not write it again.
+    // larger state stays in `job_states`, so a claim or an answer does not write it again. A
+    // save's messages now follow its events in its `events` column (`rows::log_text`), which an
+    // earlier maestro would read as broken JSON: the version keeps it from opening the file.
+    // Setting `prev` rewrites every row of the log once.
     r#"
 ALTER TABLE saves ADD COLUMN prev INTEGER;
 UPDATE saves SET prev = (SELECT p.id FROM saves p WHERE p.job_id = saves.job_id
