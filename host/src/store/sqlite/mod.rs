@@ -50,11 +50,11 @@ pub struct Schema {
     pub now: usize,
 }
 
-/// What the writer thread and the callers share: the file, named in every error, and how
-/// large a state its job's row keeps (`rows::inline_state_bytes`).
+/// What the writer thread and the callers share: the file, named in every error, and the size
+/// of its pages (read once, when it opens).
 struct Db {
     path: PathBuf,
-    inline_state_bytes: usize,
+    page_size: usize,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -104,7 +104,7 @@ impl SqliteStore {
             .map_err(|e| fail(e.to_string()))?;
         let db = Arc::new(Db {
             path: path.clone(),
-            inline_state_bytes: rows::inline_state_bytes(page_size),
+            page_size,
         });
         let writer = writer::Writer::start(db.clone(), connection, checkpoints).map_err(fail)?;
         Ok(Self {
@@ -611,7 +611,7 @@ impl JobStore for SqliteStore {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.db.db_error(e))?
             .into_iter()
-            .map(|(first, at_ms, text)| Ok((first, at_ms, rows::events_part(&text.0?).to_owned())))
+            .map(|(first, at_ms, text)| Ok((first, at_ms, rows::events_of(text.0?))))
             .collect::<Result<Vec<_>, String>>()
             .map_err(|e| self.db.corrupt(id, e))?;
         numbered_events(batches, after).map_err(|e| self.db.corrupt(id, e))

@@ -141,8 +141,17 @@ fn log_text(events: &str, messages: Option<&str>) -> String {
 }
 
 /// The events of a row's [`log_text`].
-pub(super) fn events_part(text: &str) -> &str {
-    text.split_once('\n').map_or(text, |(events, _)| events)
+pub(super) fn events_of(mut text: String) -> String {
+    if let Some(end) = text.find('\n') {
+        text.truncate(end);
+    }
+    text
+}
+
+/// The messages of a row's [`log_text`], if it holds any.
+fn messages_of(text: &str) -> Option<String> {
+    text.split_once('\n')
+        .map(|(_, messages)| messages.to_owned())
 }
 
 /// The message batches of `id`'s log, in order.
@@ -163,8 +172,7 @@ pub(super) fn message_batches(
                 let messages = match row.get::<_, Option<Unpacked>>(1)? {
                     Some(before_schema_7) => before_schema_7.0,
                     None => row.get::<_, Unpacked>(2)?.0.and_then(|text| {
-                        text.split_once('\n')
-                            .map(|(_, messages)| messages.to_owned())
+                        messages_of(&text)
                             .ok_or_else(|| "a save without the messages it counts".to_owned())
                     }),
                 };
@@ -250,7 +258,7 @@ impl Rows for SqliteRows<'_, '_> {
     ) -> Result<usize, StoreError> {
         let still_running = job.status == JobStatus::Running;
         let state = pack(&job.state);
-        let inline = state.len() <= self.db.inline_state_bytes;
+        let inline = state.len() <= inline_state_bytes(self.db.page_size);
         let written = self.exec(
             "UPDATE jobs SET status = ?2, movement = ?3, wait_reason = ?4, parked_plugin = ?5, \
              pending_resume = NULL, updated_at_ms = ?6, wait_expires_at_ms = ?9, piece = ?10, \

@@ -198,9 +198,10 @@ impl Writer {
         let shared = Arc::new(Checkpoints::default());
         let checkpointer = {
             let shared = shared.clone();
+            let restart_frames = RESTART_WAL_BYTES / db.page_size.max(512) as i64;
             std::thread::Builder::new()
                 .name("maestro-store-checkpointer".into())
-                .spawn(move || checkpoint_loop(&checkpoints, &shared, &stopped))
+                .spawn(move || checkpoint_loop(&checkpoints, &shared, &stopped, restart_frames))
                 .map_err(spawn_failed)?
         };
         let writer = std::thread::Builder::new()
@@ -317,12 +318,14 @@ pub(super) fn recv_soon<T>(channel: &Receiver<T>, spin: Duration) -> Result<T, R
     }
 }
 
-/// Checkpoints while commits come in, until the writer stops.
-fn checkpoint_loop(connection: &Connection, checkpoints: &Checkpoints, stop: &Receiver<()>) {
-    let page_size: i64 = connection
-        .query_row("PRAGMA page_size", [], |row| row.get(0))
-        .unwrap_or(4096);
-    let restart_frames = RESTART_WAL_BYTES / page_size.max(512);
+/// Checkpoints while commits come in, until the writer stops; past `restart_frames` (the WAL's
+/// restart bound in pages), asks the writer to finish.
+fn checkpoint_loop(
+    connection: &Connection,
+    checkpoints: &Checkpoints,
+    stop: &Receiver<()>,
+    restart_frames: i64,
+) {
     while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
         if !checkpoints.committed.swap(false, Ordering::AcqRel) {
             continue;
