@@ -135,12 +135,114 @@ pub fn cpu_time() -> Duration {
 
 /// User plus system time from a `/proc/…/stat` line.
 pub fn stat_cpu_time(stat: &str) -> Duration {
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat[stat.rfind(')').expect("stat") + 2..]
-        .split(' ')
-        .collect();
+    let fields = stat_fields(stat);
     let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
     Duration::from_millis(ticks * 10)
+}
+
+/// The fields of a `/proc/…/stat` line after the command name, which is in parentheses and may
+/// hold spaces: the process's state first, its utime, stime, cutime and cstime at 11 to 14.
+fn stat_fields(stat: &str) -> Vec<&str> {
+    stat[stat.rfind(')').expect("stat") + 2..]
+        .split(' ')
+        .collect()
+}
+
+/// What else the machine did while a bench ran: the share of all processors' time that went
+/// neither to this process (with the children it waited for) nor to idling, and the share the
+/// hypervisor took from the machine (steal). A latency bench prints it, so that a run on a busy
+/// machine is told from a slower build: a busy neighbour slows maestro's calls more than the
+/// near-zero server's.
+pub struct MachineLoad {
+    start: LoadSample,
+}
+
+#[derive(Clone, Copy)]
+struct LoadSample {
+    /// Clock ticks of all processors: not idle, taken by the hypervisor, and in all.
+    busy: u64,
+    steal: u64,
+    total: u64,
+    /// Clock ticks of this process and of its children it waited for.
+    own: u64,
+}
+
+impl LoadSample {
+    fn now() -> Self {
+        let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+        let own = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+        Self::read(&stat, &own)
+    }
+
+    fn read(stat: &str, own: &str) -> Self {
+        // `cpu  user nice system idle iowait irq softirq steal guest guest_nice`: guest time is
+        // already in user.
+        let cpu: Vec<u64> = stat
+            .lines()
+            .next()
+            .and_then(|line| line.strip_prefix("cpu "))
+            .expect("the first line of /proc/stat sums the processors")
+            .split_whitespace()
+            .take(8)
+            .map(|ticks| ticks.parse().expect("clock ticks"))
+            .collect();
+        let [user, nice, system, idle, iowait, irq, softirq, steal] = cpu[..] else {
+            panic!("/proc/stat: fewer than 8 fields on its cpu line");
+        };
+        let fields: Vec<u64> = stat_fields(own)[11..15]
+            .iter()
+            .map(|ticks| ticks.parse().expect("clock ticks"))
+            .collect();
+        Self {
+            busy: user + nice + system + irq + softirq,
+            steal,
+            total: user + nice + system + idle + iowait + irq + softirq + steal,
+            own: fields.iter().sum(),
+        }
+    }
+}
+
+impl MachineLoad {
+    pub fn start() -> Self {
+        Self {
+            start: LoadSample::now(),
+        }
+    }
+
+    /// The shares of the processors' time since [`Self::start`] that went to others and to
+    /// the hypervisor, as fractions (the children must have been waited for).
+    pub fn shares(&self) -> (f64, f64) {
+        Self::shares_between(self.start, LoadSample::now())
+    }
+
+    fn shares_between(start: LoadSample, end: LoadSample) -> (f64, f64) {
+        let total = end.total.saturating_sub(start.total).max(1) as f64;
+        let busy = end.busy.saturating_sub(start.busy);
+        let own = end.own.saturating_sub(start.own);
+        let steal = end.steal.saturating_sub(start.steal);
+        (
+            busy.saturating_sub(own) as f64 / total,
+            steal as f64 / total,
+        )
+    }
+
+    /// One sentence on the shares since [`Self::start`], with a warning past 5%.
+    pub fn report(&self) -> String {
+        let (others, steal) = self.shares();
+        let mut said = format!(
+            "Beside the bench, the machine spent {:.1}% of its processors' time on other work \
+             and lost {:.1}% to the hypervisor.",
+            others * 100.0,
+            steal * 100.0
+        );
+        if others + steal > 0.05 {
+            said.push_str(
+                " Warning: the machine was not idle; these figures are not comparable with an \
+                 idle run's.",
+            );
+        }
+        said
+    }
 }
 
 /// The sizes to measure: comma-separated numbers in the environment variable `variable`
@@ -291,5 +393,34 @@ impl CycleRound {
             .list(Some(JobStatus::Completed), self.jobs + 1)
             .unwrap();
         assert_eq!(completed.len(), self.jobs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machine_load_is_the_busy_time_neither_this_process_nor_its_children_took() {
+        let sample = |user: u64, idle: u64, steal: u64, own: u64| {
+            let stat =
+                format!("cpu  {user} 0 0 {idle} 0 0 0 {steal} 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n");
+            // utime, stime, cutime and cstime split `own` between them.
+            let own = format!(
+                "42 (a (bench)) S 1 1 1 0 -1 0 0 0 0 0 {} {} {} {} 20 0 1 0",
+                own / 4,
+                own / 4,
+                own / 4,
+                own - 3 * (own / 4)
+            );
+            LoadSample::read(&stat, &own)
+        };
+        let (others, steal) =
+            MachineLoad::shares_between(sample(100, 100, 0, 10), sample(300, 250, 50, 110));
+        assert_eq!((others, steal), (0.25, 0.125));
+        // All of it the bench's own: nobody else.
+        let (others, _) =
+            MachineLoad::shares_between(sample(100, 100, 0, 10), sample(300, 300, 0, 210));
+        assert_eq!(others, 0.0);
     }
 }

@@ -12,6 +12,8 @@
 //! is the median over rounds of the difference between the two medians of a round (many short
 //! rounds, so that a round rarely straddles a change in the machine's speed). Both
 //! revisions are measured: 2025-11-25 (`legacy`, a session) and 2026-07-28 (the SDK's `auto`).
+//! What else the machine did meanwhile is printed last: a busy neighbour slows maestro's calls,
+//! whose processor time shares a core with the client, far more than the near-zero server's.
 //!
 //! Needs the Python SDK of `.ci/install` under the target dir.
 //!
@@ -22,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use maestro_benches::median;
+use maestro_benches::{MachineLoad, median};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
@@ -92,6 +94,7 @@ fn compare() {
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(maestro_plugins::ECHO, plugins.path().join("echo.wasm")).unwrap();
     let cache = tempfile::tempdir().unwrap();
+    let load = MachineLoad::start();
     println!(
         "`tools/call` of `echo` over stdio from the official MCP Python SDK: {CALLS} calls after \
          {WARMUP} unmeasured, {ROUNDS} rounds alternating the servers; medians of the rounds' \
@@ -136,6 +139,7 @@ fn compare() {
             .collect();
         println!("| {revision} | {} |", cells.join(" | "));
     }
+    println!("{}", load.report());
 }
 
 fn micros(duration: Duration) -> String {
